@@ -1,0 +1,32 @@
+# dspark — build, test, demo and benchmark entry points.
+BUILD_DIR ?= build
+JOBS ?= $(shell nproc)
+DSPARK := $(BUILD_DIR)/dspark
+PROMPTS ?= $(firstword $(wildcard ../shared/data/dev-prompts.jsonl) data/dev-prompts.jsonl)
+
+.PHONY: setup build test test-full demo bench clean
+
+setup:
+	@scripts/setup.sh
+
+$(BUILD_DIR)/build.ninja:
+	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release
+
+build: setup $(BUILD_DIR)/build.ninja
+	cmake --build $(BUILD_DIR) -j $(JOBS)
+
+test: build
+	cd $(BUILD_DIR) && ctest --output-on-failure -j 1
+
+test-full: build
+	cd $(BUILD_DIR) && DSPARK_TEST_FULL=1 ctest --output-on-failure -j 1
+
+demo: build
+	$(DSPARK) generate -m smollm2 --chat -n 96 --temp 0 \
+	  -p "Explain in three sentences why the sky is blue."
+
+bench: build
+	$(DSPARK) bench -m smollm2 --prompts $(PROMPTS) -n 128 --temp 0
+
+clean:
+	rm -rf $(BUILD_DIR)

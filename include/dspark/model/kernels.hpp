@@ -1,0 +1,61 @@
+// dspark/model/kernels.hpp — CPU kernels of the target forward pass.
+//
+// These are the decode hot path. Every kernel computes each output row
+// independently with a fixed reduction order, so a row's result is bitwise
+// identical whether it is computed alone or inside a batch of any size
+// ("batch invariance"). Speculative verification relies on this: the logits
+// of position t must not depend on how many tokens the same forward call
+// verifies, or greedy speculative output could drift from plain decoding.
+//
+// bf16 values are passed as uint16_t bit patterns (the upper half of an
+// IEEE fp32). On CPUs with AVX512-BF16 the dot products use vdpbf16ps; other
+// CPUs take a portable path (same results for a given machine).
+#pragma once
+
+#include <cstdint>
+
+namespace dspark::kernels {
+
+/// fp32 -> bf16 with round-to-nearest-even (NaN stays NaN).
+uint16_t f32_to_bf16(float v);
+/// bf16 -> fp32 (exact).
+float bf16_to_f32(uint16_t v);
+
+/// y[n, o] = sum_k x[n, k] * W[o, k] for n < N, o < O.
+/// x: [N, K] bf16 (row stride K), W: [O, K] bf16 (row stride K),
+/// y: [N, O] fp32 with row stride `ldy` (>= O). Parallel over O.
+/// K must be a multiple of 32 (throws dspark::InvalidArgument otherwise).
+void linear_bf16(const uint16_t* x, int64_t N, const uint16_t* W, int64_t O, int64_t K,
+                 float* y, int64_t ldy);
+
+/// RMSNorm (Zhang & Sennrich 2019) of each row: out = x / sqrt(mean(x^2) + eps) * w.
+/// x: [N, D] fp32, w: [D] fp32, out: [N, D] bf16.
+void rmsnorm_to_bf16(const float* x, const float* w, int64_t N, int64_t D, float eps,
+                     uint16_t* out);
+/// Same, fp32 output (for hidden taps that must keep precision).
+void rmsnorm_f32(const float* x, const float* w, int64_t N, int64_t D, float eps, float* out);
+
+/// Rotary position embedding (RoFormer, Su et al. 2021), "normal" pair layout
+/// used by GGUF llama-family weights: dims (2i, 2i+1) rotate by
+/// angle pos * inv_freq[i]. x: [T, n_heads, head_dim] fp32 in place (row stride
+/// `row_stride` floats between tokens), positions: [T], inv_freq: [rot_dim/2].
+/// Only the first rot_dim dims of each head rotate.
+void rope_pairs(float* x, int64_t T, int64_t row_stride, int64_t n_heads, int64_t head_dim,
+                int64_t rot_dim, const int64_t* positions, const float* inv_freq);
+
+/// Causal grouped-query attention of T new queries against a KV cache.
+/// q: [T, n_heads, hd] fp32 (row stride q_stride); K, V: [n_kv, cap, hd] fp32
+/// (the new keys/values already written at rows n_past..n_past+T-1).
+/// Query t sees keys 0..n_past+t. out: [T, n_heads*hd] bf16.
+/// Each (t, head) pair is computed independently (batch invariant).
+void attention(const float* q, int64_t q_stride, const float* K, const float* V, int64_t cap,
+               int64_t n_past, int64_t T, int64_t n_heads, int64_t n_kv, int64_t hd, float scale,
+               uint16_t* out);
+
+/// SwiGLU: out[n, f] = silu(gu[n, f]) * gu[n, F + f]; gu: [N, 2F] fp32, out: [N, F] bf16.
+void silu_mul_to_bf16(const float* gu, int64_t N, int64_t F, uint16_t* out);
+
+/// x[n, :] += y[n, :] over [N, D] fp32 (y with row stride ldy).
+void add_rows(float* x, const float* y, int64_t N, int64_t D, int64_t ldy);
+
+}  // namespace dspark::kernels

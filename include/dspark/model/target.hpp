@@ -1,0 +1,108 @@
+// dspark/model/target.hpp — the interface every target model family implements.
+//
+// A target forward call processes a ragged batch: several sequences, each with
+// its own KV cache and any number of new tokens. All tokens of the batch share
+// the weight matmuls (where batching pays), while attention runs per sequence.
+// Results for one sequence are bitwise identical whatever else is in the batch
+// (see kernels.hpp), which is what makes greedy speculative decoding lossless.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "dspark/model/kv_cache.hpp"
+
+namespace dspark {
+
+using TokenId = int32_t;
+
+/// Geometry and identity of a loaded target.
+struct TargetInfo {
+  std::string arch;        // GGUF general.architecture, e.g. "llama"
+  std::string id;          // stable identity used to match drafters (see target_id())
+  std::string path;        // file it was loaded from
+  int64_t n_layers = 0;
+  int64_t hidden = 0;      // d
+  int64_t n_heads = 0;
+  int64_t n_kv_heads = 0;
+  int64_t head_dim = 0;
+  int64_t ffn = 0;
+  int64_t vocab = 0;
+  int64_t context = 0;     // trained context length (tokens)
+  double rms_eps = 1e-5;
+  double rope_base = 10000.0;
+  double logit_softcap = 0.0;  // 0 = none
+};
+
+/// Which positions of a call need logits.
+enum class Logits { None, Last, All };
+
+/// One sequence's share of a forward call.
+struct ForwardSeq {
+  KVCache* cache = nullptr;          // appended to; positions start at cache->size()
+  std::span<const TokenId> tokens;   // [T] new tokens
+  Logits logits = Logits::Last;
+};
+
+/// Hidden-state taps requested for a call.
+struct TapRequest {
+  /// Layers (0-based) whose OUTPUT residual stream is captured, in this order
+  /// (HF hidden_states[l+1]). Empty = none; costs nothing then.
+  std::vector<int> layers;
+  /// Also return the final-normed hidden (input of the LM head).
+  bool final_hidden = false;
+};
+
+/// Per-sequence results, all fp32 CPU tensors.
+struct ForwardOut {
+  at::Tensor logits;        // [T, V] (Logits::All), [1, V] (Last), undefined (None)
+  at::Tensor taps;          // [T, m*d]: tapped layers concatenated on the feature axis
+  at::Tensor final_hidden;  // [T, d]
+};
+
+/// A target model. Forward calls are not thread-safe (one at a time), but
+/// any number of KVCaches may be used with one model.
+class TargetModel {
+ public:
+  virtual ~TargetModel() = default;
+  virtual const TargetInfo& info() const = 0;
+
+  /// Runs the batch. Each sequence's cache grows by its token count.
+  /// Throws dspark::InvalidArgument when a sequence would exceed its cache's
+  /// context length or a token id is outside [0, vocab); no cache is modified
+  /// then.
+  virtual std::vector<ForwardOut> forward(std::span<ForwardSeq> batch,
+                                          const TapRequest& taps = {}) = 0;
+
+  /// Convenience for one sequence.
+  ForwardOut forward_one(KVCache& cache, std::span<const TokenId> tokens, Logits logits,
+                         const TapRequest& taps = {});
+
+  /// A new empty cache for this model holding up to `max_tokens` positions
+  /// (0 = the model's context length).
+  KVCache new_cache(int64_t max_tokens = 0) const;
+
+  /// Token embedding table [V, d] bf16 (shared with drafters; do not modify).
+  virtual const at::Tensor& embedding() const = 0;
+  /// LM head weight [V, d] bf16 (tied models return the embedding).
+  virtual const at::Tensor& lm_head() const = 0;
+  /// Final RMSNorm weight [d] fp32.
+  virtual const at::Tensor& output_norm() const = 0;
+};
+
+/// Loads a target from a GGUF file (or a model alias such as "smollm2", see
+/// resolve_model_path). Dispatches on general.architecture. Throws
+/// dspark::FormatError for an unsupported architecture or a broken file.
+std::unique_ptr<TargetModel> load_target(const std::string& path_or_alias);
+
+/// Resolves an alias ("smollm2") to its file under $DSPARK_HOME/models
+/// (default ~/.cache/dspark/models); other strings are returned unchanged.
+/// Throws dspark::Error when an alias's file is missing (says to run `make setup`).
+std::string resolve_model_path(const std::string& path_or_alias);
+
+}  // namespace dspark

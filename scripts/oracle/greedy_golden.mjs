@@ -1,0 +1,96 @@
+// Greedy (argmax) reference continuations from llama.cpp for the dev prompts.
+// Usage: node greedy_golden.mjs [--model F] [--prompts F] [--out F] [--max-tokens 32] [--threads 2] [--limit 0]
+import fs from "node:fs";
+import path from "node:path";
+import {
+    TEMPLATE, defaultModel, defaultPrompts, formatPrompt, llamaCppBuild, loadModel, nodeLlamaCppVersion,
+    parseArgs, readPrompts, repoRoot, sha256File, toJson, tokenizePrompt
+} from "./common.mjs";
+
+const usage = "usage: node greedy_golden.mjs [--model GGUF] [--prompts JSONL] [--out JSON] [--max-tokens 32] [--threads 2] [--limit N]";
+const args = parseArgs({
+    model: defaultModel,
+    prompts: defaultPrompts,
+    out: path.join(repoRoot, "tests", "golden", "llamacpp_greedy.json"),
+    maxTokens: 32,
+    threads: 2,
+    limit: 0
+}, usage);
+
+const t0 = performance.now();
+const prompts = readPrompts(args.prompts, args.limit);
+const {llama, model, context, sequence} = await loadModel({model: args.model, threads: args.threads, contextSize: 1024});
+
+// Token probabilities are exposed by LlamaContextSequence.evaluateWithMetadata
+// (node-llama-cpp >= 3.7); older versions only return the sampled token.
+const withProbabilities = typeof sequence.evaluateWithMetadata === "function";
+const results = [];
+for (const p of prompts) {
+    const text = formatPrompt(p.prompt);
+    const promptTokens = tokenizePrompt(model, text);
+    if (promptTokens.length + args.maxTokens >= context.contextSize)
+        throw new Error(`prompt ${p.id} too long for the context`);
+    await sequence.clearHistory();
+    const generated = [];
+    const top2 = [];
+    let stoppedAtEog = false;
+    // temperature 0 makes the sampler chain a single llama.cpp greedy (argmax) sampler.
+    const options = {temperature: 0, yieldEogToken: true};
+    const steps = withProbabilities
+        ? sequence.evaluateWithMetadata(promptTokens, {probabilities: true}, options)
+        : sequence.evaluate(promptTokens, options);
+    for await (const step of steps) {
+        const token = withProbabilities ? step.token : step;
+        generated.push(token);
+        if (withProbabilities) {
+            // probabilities: Map token -> softmax probability, sorted by decreasing probability.
+            const best = [...step.probabilities.entries()].slice(0, 2);
+            top2.push(best.map(([t, prob]) => [t, Number(prob.toPrecision(6))]));
+        }
+        if (model.isEogToken(token)) {
+            stoppedAtEog = true;
+            break;
+        }
+        if (generated.length >= args.maxTokens) break;
+    }
+    const textTokens = stoppedAtEog ? generated.slice(0, -1) : generated;
+    results.push({
+        id: p.id,
+        kind: p.kind,
+        prompt: p.prompt,
+        prompt_tokens: promptTokens,
+        generated_tokens: generated,
+        generated_text: model.detokenize(textTokens, false),
+        stopped_at_eog: stoppedAtEog,
+        ...(withProbabilities ? {top2} : {})
+    });
+    process.stderr.write(`${p.id}: ${promptTokens.length} prompt tokens, ${generated.length} generated${stoppedAtEog ? " (EOG)" : ""}\n`);
+}
+
+const out = {
+    model_file: path.basename(args.model),
+    model_sha256: sha256File(args.model),
+    node_llama_cpp_version: nodeLlamaCppVersion(),
+    llama_cpp_build: llamaCppBuild(llama),
+    backend: "cpu",
+    threads: args.threads,
+    template: TEMPLATE,
+    template_note: "One ChatML user message plus the assistant generation prompt; the default system message that the GGUF chat_template inserts when no system message is given is omitted.",
+    tokenization: "llama.cpp tokenizer with special tokens parsed; no BOS (tokenizer.ggml.add_bos_token is false)",
+    decoding: `greedy argmax (temperature 0, no repetition penalty), at most ${args.maxTokens} new tokens; stops early only when an end-of-generation token is produced, which is then the last entry of generated_tokens (stopped_at_eog: true)`,
+    generated_text_note: "detokenized generated_tokens without the final end-of-generation token, special tokens not rendered",
+    eog_tokens: [...new Set([model.tokens.eos, model.tokens.eot].filter((t) => t != null))],
+    max_new_tokens: args.maxTokens,
+    top2: withProbabilities,
+    top2_note: withProbabilities
+        ? "top2[i] = [[token, probability], [token, probability]]: the two most probable tokens at generated position i with their softmax probabilities (llama.cpp logits, before sampling); logits themselves are not exposed"
+        : "not recorded: the node-llama-cpp version used exposes no logits or token probabilities (evaluateWithMetadata needs node-llama-cpp >= 3.7)",
+    prompts: results
+};
+fs.mkdirSync(path.dirname(args.out), {recursive: true});
+fs.writeFileSync(args.out, toJson(out));
+process.stderr.write(`wrote ${path.relative(process.cwd(), args.out)} (${results.length} prompts) in ${((performance.now() - t0) / 1000).toFixed(1)} s\n`);
+
+await context.dispose();
+await model.dispose();
+await llama.dispose();

@@ -1,0 +1,262 @@
+// CPU kernels of the target forward pass; see include/dspark/model/kernels.hpp.
+#include "dspark/model/kernels.hpp"
+
+#include <ATen/Parallel.h>
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "dspark/error.hpp"
+
+namespace dspark::kernels {
+
+uint16_t f32_to_bf16(float v) {
+  uint32_t u;
+  std::memcpy(&u, &v, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // NaN
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+float bf16_to_f32(uint16_t v) {
+  const uint32_t u = static_cast<uint32_t>(v) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+namespace {
+
+bool has_avx512bf16() {
+  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                         __builtin_cpu_supports("avx512bf16");
+  return ok;
+}
+
+// Horizontal sum of 16 lanes in a fixed pairwise order.
+__attribute__((target("avx512f"))) inline float hsum16(__m512 v) {
+  alignas(64) float t[16];
+  _mm512_store_ps(t, v);
+  for (int s = 8; s > 0; s /= 2)
+    for (int l = 0; l < s; ++l) t[l] += t[l + s];
+  return t[0];
+}
+
+bool has_avx512f() {
+  static const bool ok = __builtin_cpu_supports("avx512f");
+  return ok;
+}
+
+// ---- linear: AVX512-BF16 ------------------------------------------------------
+// Each dot product accumulates its own zmm register over k in steps of 32 and
+// is reduced by _mm512_reduce_add_ps: the order is the same for every tile
+// shape, so results do not depend on N or on the row split across threads.
+
+template <int RO, int RN>
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) inline void tile_bf16(
+    const uint16_t* x, const uint16_t* W, int64_t K, float* y, int64_t ldy) {
+  __m512 acc[RO][RN];
+  for (int i = 0; i < RO; ++i)
+    for (int j = 0; j < RN; ++j) acc[i][j] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < K; k += 32) {
+    __m512bh w[RO];
+    for (int i = 0; i < RO; ++i) w[i] = (__m512bh)_mm512_loadu_si512(W + i * K + k);
+    for (int j = 0; j < RN; ++j) {
+      const __m512bh xv = (__m512bh)_mm512_loadu_si512(x + j * K + k);
+      for (int i = 0; i < RO; ++i) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], w[i], xv);
+    }
+  }
+  for (int i = 0; i < RO; ++i)
+    for (int j = 0; j < RN; ++j) y[j * ldy + i] = hsum16(acc[i][j]);
+}
+
+template <int RO>
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) void rows_bf16(
+    const uint16_t* x, int64_t N, const uint16_t* W, int64_t K, float* y, int64_t ldy) {
+  int64_t n = 0;
+  for (; n + 4 <= N; n += 4) tile_bf16<RO, 4>(x + n * K, W, K, y + n * ldy, ldy);
+  for (; n < N; ++n) tile_bf16<RO, 1>(x + n * K, W, K, y + n * ldy, ldy);
+}
+
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) void linear_avx512bf16(
+    const uint16_t* x, int64_t N, const uint16_t* W, int64_t O, int64_t K, float* y,
+    int64_t ldy) {
+  const int64_t blocks = (O + 3) / 4;
+  // About 64 KiB of weights per task keeps the per-task overhead small.
+  const int64_t grain = std::max<int64_t>(1, 16384 / K);
+  at::parallel_for(0, blocks, grain, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t o = b * 4;
+      const uint16_t* w = W + o * K;
+      float* yo = y + o;
+      switch (std::min<int64_t>(4, O - o)) {
+        case 4: rows_bf16<4>(x, N, w, K, yo, ldy); break;
+        case 3: rows_bf16<3>(x, N, w, K, yo, ldy); break;
+        case 2: rows_bf16<2>(x, N, w, K, yo, ldy); break;
+        default: rows_bf16<1>(x, N, w, K, yo, ldy); break;
+      }
+    }
+  });
+}
+
+// ---- linear: portable ---------------------------------------------------------
+// 16 partial sums per dot (one per lane of a 512-bit register in the fast
+// path), combined pairwise at the end.
+void linear_portable(const uint16_t* x, int64_t N, const uint16_t* W, int64_t O, int64_t K,
+                     float* y, int64_t ldy) {
+  at::parallel_for(0, O, std::max<int64_t>(1, 16384 / K), [&](int64_t o0, int64_t o1) {
+    for (int64_t o = o0; o < o1; ++o) {
+      const uint16_t* w = W + o * K;
+      for (int64_t n = 0; n < N; ++n) {
+        const uint16_t* xv = x + n * K;
+        float part[16] = {0};
+        for (int64_t k = 0; k < K; k += 16)
+          for (int l = 0; l < 16; ++l) part[l] += bf16_to_f32(w[k + l]) * bf16_to_f32(xv[k + l]);
+        for (int s = 8; s > 0; s /= 2)
+          for (int l = 0; l < s; ++l) part[l] += part[l + s];
+        y[n * ldy + o] = part[0];
+      }
+    }
+  });
+}
+
+// ---- small helpers ---------------------------------------------------------------
+
+__attribute__((target("avx512f"))) float dot_avx512(const float* a, const float* b, int64_t n) {
+  __m512 acc = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc);
+  float s = hsum16(acc);
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+float dot_portable(const float* a, const float* b, int64_t n) {
+  float part[8] = {0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int l = 0; l < 8; ++l) part[l] += a[i + l] * b[i + l];
+  float s = ((part[0] + part[4]) + (part[1] + part[5])) + ((part[2] + part[6]) + (part[3] + part[7]));
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+inline float dot(const float* a, const float* b, int64_t n) {
+  return has_avx512f() ? dot_avx512(a, b, n) : dot_portable(a, b, n);
+}
+
+}  // namespace
+
+void linear_bf16(const uint16_t* x, int64_t N, const uint16_t* W, int64_t O, int64_t K, float* y,
+                 int64_t ldy) {
+  if (K % 32 != 0) {
+    throw InvalidArgument("linear_bf16: inner dimension " + std::to_string(K) +
+                          " is not a multiple of 32");
+  }
+  if (N == 0 || O == 0) return;
+  if (has_avx512bf16()) {
+    linear_avx512bf16(x, N, W, O, K, y, ldy);
+  } else {
+    linear_portable(x, N, W, O, K, y, ldy);
+  }
+}
+
+void rmsnorm_f32(const float* x, const float* w, int64_t N, int64_t D, float eps, float* out) {
+  for (int64_t n = 0; n < N; ++n) {
+    const float* r = x + n * D;
+    const float inv = 1.0f / std::sqrt(dot(r, r, D) / static_cast<float>(D) + eps);
+    float* o = out + n * D;
+    for (int64_t d = 0; d < D; ++d) o[d] = r[d] * inv * w[d];
+  }
+}
+
+void rmsnorm_to_bf16(const float* x, const float* w, int64_t N, int64_t D, float eps,
+                     uint16_t* out) {
+  for (int64_t n = 0; n < N; ++n) {
+    const float* r = x + n * D;
+    const float inv = 1.0f / std::sqrt(dot(r, r, D) / static_cast<float>(D) + eps);
+    uint16_t* o = out + n * D;
+    for (int64_t d = 0; d < D; ++d) o[d] = f32_to_bf16(r[d] * inv * w[d]);
+  }
+}
+
+void rope_pairs(float* x, int64_t T, int64_t row_stride, int64_t n_heads, int64_t head_dim,
+                int64_t rot_dim, const int64_t* positions, const float* inv_freq) {
+  const int64_t half = rot_dim / 2;
+  std::vector<float> cs(static_cast<size_t>(half * 2));
+  for (int64_t t = 0; t < T; ++t) {
+    const double pos = static_cast<double>(positions[t]);
+    for (int64_t i = 0; i < half; ++i) {
+      const double a = pos * inv_freq[i];
+      cs[2 * i] = static_cast<float>(std::cos(a));
+      cs[2 * i + 1] = static_cast<float>(std::sin(a));
+    }
+    for (int64_t h = 0; h < n_heads; ++h) {
+      float* v = x + t * row_stride + h * head_dim;
+      for (int64_t i = 0; i < half; ++i) {
+        const float c = cs[2 * i], s = cs[2 * i + 1];
+        const float a = v[2 * i], b = v[2 * i + 1];
+        v[2 * i] = a * c - b * s;
+        v[2 * i + 1] = a * s + b * c;
+      }
+    }
+  }
+}
+
+void attention(const float* q, int64_t q_stride, const float* K, const float* V, int64_t cap,
+               int64_t n_past, int64_t T, int64_t n_heads, int64_t n_kv, int64_t hd, float scale,
+               uint16_t* out) {
+  const int64_t group = n_heads / n_kv;
+  const int64_t work = (n_past + T) * hd * 2;
+  // Parallel over (t, head); each pair is independent, so the split does not
+  // change any result.
+  at::parallel_for(0, T * n_heads, std::max<int64_t>(1, 65536 / std::max<int64_t>(work, 1)),
+                   [&](int64_t i0, int64_t i1) {
+    std::vector<float> p(static_cast<size_t>(n_past + T));
+    std::vector<float> acc(static_cast<size_t>(hd));
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t t = i / n_heads, h = i % n_heads, g = h / group;
+      const float* qv = q + t * q_stride + h * hd;
+      const float* Kg = K + g * cap * hd;
+      const float* Vg = V + g * cap * hd;
+      const int64_t L = n_past + t + 1;
+      float mx = -INFINITY;
+      for (int64_t j = 0; j < L; ++j) {
+        p[j] = dot(qv, Kg + j * hd, hd) * scale;
+        mx = std::max(mx, p[j]);
+      }
+      float sum = 0.f;
+      for (int64_t j = 0; j < L; ++j) {
+        p[j] = std::exp(p[j] - mx);
+        sum += p[j];
+      }
+      std::fill(acc.begin(), acc.end(), 0.f);
+      for (int64_t j = 0; j < L; ++j) {
+        const float pj = p[j];
+        const float* vr = Vg + j * hd;
+        for (int64_t d = 0; d < hd; ++d) acc[d] += pj * vr[d];
+      }
+      const float inv = 1.f / sum;
+      uint16_t* o = out + t * n_heads * hd + h * hd;
+      for (int64_t d = 0; d < hd; ++d) o[d] = f32_to_bf16(acc[d] * inv);
+    }
+  });
+}
+
+void silu_mul_to_bf16(const float* gu, int64_t N, int64_t F, uint16_t* out) {
+  for (int64_t n = 0; n < N; ++n) {
+    const float* g = gu + n * 2 * F;
+    const float* u = g + F;
+    uint16_t* o = out + n * F;
+    for (int64_t f = 0; f < F; ++f) o[f] = f32_to_bf16(g[f] / (1.f + std::exp(-g[f])) * u[f]);
+  }
+}
+
+void add_rows(float* x, const float* y, int64_t N, int64_t D, int64_t ldy) {
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t d = 0; d < D; ++d) x[n * D + d] += y[n * ldy + d];
+}
+
+}  // namespace dspark::kernels

@@ -1,0 +1,300 @@
+// Llama-family forward pass (Touvron et al. 2023): token embedding, per layer
+// RMSNorm -> grouped-query attention with RoPE -> residual -> RMSNorm ->
+// SwiGLU MLP -> residual, final RMSNorm, LM head (tied or separate).
+//
+// GGUF conventions (ggml convert_hf_to_gguf): Q/K rows are permuted so that
+// RoPE rotates adjacent pairs (2i, 2i+1); tensors are named blk.N.attn_q etc.
+// Matmuls run in bf16 with fp32 accumulation and fp32 outputs; the residual
+// stream, norms, softmax and RoPE are fp32.
+#include "llama.hpp"
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "dspark/error.hpp"
+#include "dspark/io/dequant.hpp"
+#include "dspark/model/kernels.hpp"
+
+namespace dspark {
+
+namespace {
+
+using kernels::bf16_to_f32;
+
+const uint16_t* bf16_ptr(const at::Tensor& t) {
+  return reinterpret_cast<const uint16_t*>(t.data_ptr<at::BFloat16>());
+}
+
+struct LlamaLayer {
+  at::Tensor attn_norm;  // [d] fp32
+  at::Tensor wqkv;       // [(H + 2*Hkv) * hd, d] bf16: q rows, then k, then v
+  at::Tensor wo;         // [d, H * hd] bf16
+  at::Tensor ffn_norm;   // [d] fp32
+  at::Tensor wgu;        // [2F, d] bf16: gate rows, then up
+  at::Tensor wdown;      // [d, F] bf16
+};
+
+class LlamaModel final : public TargetModel {
+ public:
+  explicit LlamaModel(const io::GGUFFile& f) { load(f); }
+
+  const TargetInfo& info() const override { return info_; }
+  const at::Tensor& embedding() const override { return embd_; }
+  const at::Tensor& lm_head() const override { return head_; }
+  const at::Tensor& output_norm() const override { return out_norm_; }
+
+  std::vector<ForwardOut> forward(std::span<ForwardSeq> batch, const TapRequest& taps) override;
+
+ private:
+  void load(const io::GGUFFile& f);
+
+  TargetInfo info_;
+  int64_t rot_dim_ = 0;
+  std::vector<float> inv_freq_;  // [rot_dim / 2]
+  at::Tensor embd_, head_, out_norm_;
+  std::vector<LlamaLayer> layers_;
+};
+
+std::string key(const std::string& arch, const char* suffix) { return arch + "." + suffix; }
+
+at::Tensor load_f32(const io::GGUFFile& f, const std::string& name, int64_t n) {
+  const auto& t = f.tensor(name);
+  if (t.n_elements() != n)
+    throw FormatError(f.path() + ": tensor '" + name + "' has " + std::to_string(t.n_elements()) +
+                      " elements, expected " + std::to_string(n));
+  return io::dequantize_tensor(t, at::kFloat).reshape({n});
+}
+
+at::Tensor load_bf16(const io::GGUFFile& f, const std::string& name, int64_t rows, int64_t cols) {
+  const auto& t = f.tensor(name);
+  const auto shape = t.shape();
+  if (shape.size() != 2 || shape[0] != rows || shape[1] != cols) {
+    std::string got;
+    for (auto d : shape) got += (got.empty() ? "" : ", ") + std::to_string(d);
+    throw FormatError(f.path() + ": tensor '" + name + "' has shape [" + got + "], expected [" +
+                      std::to_string(rows) + ", " + std::to_string(cols) + "]");
+  }
+  return io::dequantize_tensor(t, at::kBFloat16);
+}
+
+void LlamaModel::load(const io::GGUFFile& f) {
+  const std::string arch = f.get_string("general.architecture");
+  info_.arch = arch;
+  info_.path = f.path();
+  info_.n_layers = f.get_int(key(arch, "block_count"));
+  info_.hidden = f.get_int(key(arch, "embedding_length"));
+  info_.n_heads = f.get_int(key(arch, "attention.head_count"));
+  info_.n_kv_heads = f.get_int_or(key(arch, "attention.head_count_kv"), info_.n_heads);
+  info_.head_dim = f.get_int_or(key(arch, "attention.key_length"), info_.hidden / info_.n_heads);
+  info_.ffn = f.get_int(key(arch, "feed_forward_length"));
+  info_.context = f.get_int_or(key(arch, "context_length"), 2048);
+  info_.rms_eps = f.get_float_or(key(arch, "attention.layer_norm_rms_epsilon"), 1e-5);
+  info_.rope_base = f.get_float_or(key(arch, "rope.freq_base"), 10000.0);
+  rot_dim_ = f.get_int_or(key(arch, "rope.dimension_count"), info_.head_dim);
+
+  const auto& emb_info = f.tensor("token_embd.weight");
+  info_.vocab = emb_info.shape().at(0);
+  if (info_.n_layers <= 0 || info_.hidden <= 0 || info_.n_heads <= 0 || info_.n_kv_heads <= 0 ||
+      info_.n_heads % info_.n_kv_heads != 0 || rot_dim_ % 2 != 0 || rot_dim_ > info_.head_dim) {
+    throw FormatError(f.path() + ": inconsistent llama hyper-parameters (layers " +
+                      std::to_string(info_.n_layers) + ", heads " + std::to_string(info_.n_heads) +
+                      "/" + std::to_string(info_.n_kv_heads) + ", rope dims " +
+                      std::to_string(rot_dim_) + ")");
+  }
+  for (int64_t dim : {info_.hidden, info_.ffn, info_.n_heads * info_.head_dim}) {
+    if (dim % 32 != 0)
+      throw FormatError(f.path() + ": dimension " + std::to_string(dim) +
+                        " is not a multiple of 32, which the matmul kernels require");
+  }
+
+  // Identity used to pair drafters with targets: the model, not its quantization.
+  std::string id = f.find("general.basename") ? f.get_string("general.basename") : "";
+  if (id.empty() && f.find("general.name")) id = f.get_string("general.name");
+  if (auto* v = f.find("general.size_label")) id += "-" + v->as_string();
+  if (auto* v = f.find("general.finetune")) id += "-" + v->as_string();
+  info_.id = arch + "/" + id;
+
+  // RoPE frequencies, with optional linear scaling and per-dim factors (Llama 3).
+  const std::string scaling = f.find(key(arch, "rope.scaling.type"))
+                                  ? f.get_string(key(arch, "rope.scaling.type"))
+                                  : "none";
+  double linear = 1.0;
+  if (scaling == "linear") {
+    linear = f.get_float_or(key(arch, "rope.scaling.factor"), 1.0);
+  } else if (scaling != "none") {
+    throw FormatError(f.path() + ": unsupported rope scaling '" + scaling +
+                      "' (supported: none, linear)");
+  }
+  inv_freq_.resize(static_cast<size_t>(rot_dim_ / 2));
+  const at::Tensor factors = f.find_tensor("rope_freqs.weight")
+                                 ? load_f32(f, "rope_freqs.weight", rot_dim_ / 2)
+                                 : at::ones({rot_dim_ / 2});
+  for (int64_t i = 0; i < rot_dim_ / 2; ++i) {
+    inv_freq_[i] = static_cast<float>(
+        std::pow(info_.rope_base, -2.0 * static_cast<double>(i) / static_cast<double>(rot_dim_)) /
+        linear / factors[i].item<float>());
+  }
+
+  const int64_t d = info_.hidden, H = info_.n_heads, Hkv = info_.n_kv_heads, hd = info_.head_dim,
+                F = info_.ffn, V = info_.vocab;
+  embd_ = load_bf16(f, "token_embd.weight", V, d);
+  head_ = f.find_tensor("output.weight") ? load_bf16(f, "output.weight", V, d) : embd_;
+  out_norm_ = load_f32(f, "output_norm.weight", d);
+  layers_.resize(static_cast<size_t>(info_.n_layers));
+  for (int64_t l = 0; l < info_.n_layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    auto& L = layers_[static_cast<size_t>(l)];
+    L.attn_norm = load_f32(f, p + "attn_norm.weight", d);
+    L.ffn_norm = load_f32(f, p + "ffn_norm.weight", d);
+    L.wqkv = at::cat({load_bf16(f, p + "attn_q.weight", H * hd, d),
+                      load_bf16(f, p + "attn_k.weight", Hkv * hd, d),
+                      load_bf16(f, p + "attn_v.weight", Hkv * hd, d)})
+                 .contiguous();
+    L.wo = load_bf16(f, p + "attn_output.weight", d, H * hd);
+    L.wgu = at::cat({load_bf16(f, p + "ffn_gate.weight", F, d), load_bf16(f, p + "ffn_up.weight", F, d)})
+                .contiguous();
+    L.wdown = load_bf16(f, p + "ffn_down.weight", d, F);
+  }
+}
+
+std::vector<ForwardOut> LlamaModel::forward(std::span<ForwardSeq> batch, const TapRequest& taps) {
+  const int64_t d = info_.hidden, H = info_.n_heads, Hkv = info_.n_kv_heads, hd = info_.head_dim,
+                F = info_.ffn, V = info_.vocab;
+  const int64_t Oqkv = (H + 2 * Hkv) * hd;
+  const int64_t n_seq = static_cast<int64_t>(batch.size());
+
+  // Validate everything before touching any cache.
+  std::vector<int64_t> row0(static_cast<size_t>(n_seq) + 1, 0);
+  for (int64_t s = 0; s < n_seq; ++s) {
+    const auto& q = batch[s];
+    if (!q.cache) throw InvalidArgument("forward: sequence " + std::to_string(s) + " has no cache");
+    for (TokenId t : q.tokens) {
+      if (t < 0 || t >= V)
+        throw InvalidArgument("forward: token id " + std::to_string(t) + " outside the vocabulary [0, " +
+                              std::to_string(V) + ")");
+    }
+    if (q.cache->size() + static_cast<int64_t>(q.tokens.size()) > q.cache->max_tokens()) {
+      throw InvalidArgument("context length exceeded: " +
+                            std::to_string(q.cache->size() + q.tokens.size()) +
+                            " tokens needed, the context holds " +
+                            std::to_string(q.cache->max_tokens()));
+    }
+    row0[s + 1] = row0[s] + static_cast<int64_t>(q.tokens.size());
+  }
+  for (auto& q : batch) q.cache->reserve_more(static_cast<int64_t>(q.tokens.size()));
+  const int64_t N = row0[n_seq];
+
+  std::vector<int64_t> tap_slot(static_cast<size_t>(info_.n_layers), -1);
+  for (size_t i = 0; i < taps.layers.size(); ++i) {
+    const int l = taps.layers[i];
+    if (l < 0 || l >= info_.n_layers)
+      throw InvalidArgument("forward: tap layer " + std::to_string(l) + " outside [0, " +
+                            std::to_string(info_.n_layers) + ")");
+    tap_slot[static_cast<size_t>(l)] = static_cast<int64_t>(i);
+  }
+  const int64_t m = static_cast<int64_t>(taps.layers.size());
+
+  std::vector<ForwardOut> out(static_cast<size_t>(n_seq));
+  if (N == 0) return out;
+
+  // Activations: x fp32 [N, d]; xb bf16 [N, max(d, H*hd, F)]; wide fp32 [N, max(Oqkv, 2F)].
+  std::vector<float> x(static_cast<size_t>(N * d));
+  std::vector<uint16_t> xb(static_cast<size_t>(N * std::max({d, H * hd, F})));
+  std::vector<float> wide(static_cast<size_t>(N * std::max(Oqkv, 2 * F)));
+  std::vector<float> tmp(static_cast<size_t>(N * d));
+  std::vector<int64_t> pos(static_cast<size_t>(N));
+
+  const uint16_t* E = bf16_ptr(embd_);
+  for (int64_t s = 0; s < n_seq; ++s) {
+    for (int64_t t = 0; t < row0[s + 1] - row0[s]; ++t) {
+      const int64_t r = row0[s] + t;
+      pos[r] = batch[s].cache->size() + t;
+      const uint16_t* e = E + static_cast<int64_t>(batch[s].tokens[t]) * d;
+      for (int64_t k = 0; k < d; ++k) x[r * d + k] = bf16_to_f32(e[k]);
+    }
+  }
+  std::vector<float*> tap_ptr(static_cast<size_t>(n_seq), nullptr);
+  if (m > 0) {
+    for (int64_t s = 0; s < n_seq; ++s) {
+      out[s].taps = at::empty({row0[s + 1] - row0[s], m * d}, at::kFloat);
+      tap_ptr[s] = out[s].taps.data_ptr<float>();
+    }
+  }
+
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const float eps = static_cast<float>(info_.rms_eps);
+  for (int64_t l = 0; l < info_.n_layers; ++l) {
+    const auto& L = layers_[static_cast<size_t>(l)];
+    // Attention block.
+    kernels::rmsnorm_to_bf16(x.data(), L.attn_norm.data_ptr<float>(), N, d, eps, xb.data());
+    kernels::linear_bf16(xb.data(), N, bf16_ptr(L.wqkv), Oqkv, d, wide.data(), Oqkv);
+    kernels::rope_pairs(wide.data(), N, Oqkv, H, hd, rot_dim_, pos.data(), inv_freq_.data());
+    kernels::rope_pairs(wide.data() + H * hd, N, Oqkv, Hkv, hd, rot_dim_, pos.data(),
+                        inv_freq_.data());
+    for (int64_t s = 0; s < n_seq; ++s) {
+      KVCache& c = *batch[s].cache;
+      const int64_t T = row0[s + 1] - row0[s], cap = c.capacity(), past = c.size();
+      float* K = c.keys(l);
+      float* Vc = c.values(l);
+      for (int64_t t = 0; t < T; ++t) {
+        const float* r = wide.data() + (row0[s] + t) * Oqkv;
+        for (int64_t g = 0; g < Hkv; ++g) {
+          std::memcpy(K + (g * cap + past + t) * hd, r + (H + g) * hd, sizeof(float) * hd);
+          std::memcpy(Vc + (g * cap + past + t) * hd, r + (H + Hkv + g) * hd, sizeof(float) * hd);
+        }
+      }
+      kernels::attention(wide.data() + row0[s] * Oqkv, Oqkv, K, Vc, cap, past, T, H, Hkv, hd, scale,
+                         xb.data() + row0[s] * H * hd);
+    }
+    kernels::linear_bf16(xb.data(), N, bf16_ptr(L.wo), d, H * hd, tmp.data(), d);
+    kernels::add_rows(x.data(), tmp.data(), N, d, d);
+    // MLP block.
+    kernels::rmsnorm_to_bf16(x.data(), L.ffn_norm.data_ptr<float>(), N, d, eps, xb.data());
+    kernels::linear_bf16(xb.data(), N, bf16_ptr(L.wgu), 2 * F, d, wide.data(), 2 * F);
+    kernels::silu_mul_to_bf16(wide.data(), N, F, xb.data());
+    kernels::linear_bf16(xb.data(), N, bf16_ptr(L.wdown), d, F, tmp.data(), d);
+    kernels::add_rows(x.data(), tmp.data(), N, d, d);
+
+    if (const int64_t slot = tap_slot[static_cast<size_t>(l)]; slot >= 0) {
+      for (int64_t s = 0; s < n_seq; ++s)
+        for (int64_t t = 0; t < row0[s + 1] - row0[s]; ++t)
+          std::memcpy(tap_ptr[s] + t * m * d + slot * d, x.data() + (row0[s] + t) * d,
+                      sizeof(float) * d);
+    }
+  }
+
+  // Final norm, hidden taps and logits for the requested rows only; the LM
+  // head runs once over the logit rows of every sequence.
+  const float* wn = out_norm_.data_ptr<float>();
+  std::vector<int64_t> lrow0(static_cast<size_t>(n_seq) + 1, 0);
+  for (int64_t s = 0; s < n_seq; ++s) {
+    const int64_t T = row0[s + 1] - row0[s];
+    const float* xs = x.data() + row0[s] * d;
+    if (taps.final_hidden) {
+      out[s].final_hidden = at::empty({T, d}, at::kFloat);
+      kernels::rmsnorm_f32(xs, wn, T, d, eps, out[s].final_hidden.data_ptr<float>());
+    }
+    const int64_t n = batch[s].logits == Logits::All ? T : batch[s].logits == Logits::Last ? 1 : 0;
+    kernels::rmsnorm_to_bf16(xs + (T - n) * d, wn, n, d, eps, xb.data() + lrow0[s] * d);
+    lrow0[s + 1] = lrow0[s] + n;
+  }
+  if (lrow0[n_seq] > 0) {
+    at::Tensor logits = at::empty({lrow0[n_seq], V}, at::kFloat);
+    kernels::linear_bf16(xb.data(), lrow0[n_seq], bf16_ptr(head_), V, d, logits.data_ptr<float>(), V);
+    for (int64_t s = 0; s < n_seq; ++s)
+      if (lrow0[s + 1] > lrow0[s]) out[s].logits = logits.narrow(0, lrow0[s], lrow0[s + 1] - lrow0[s]);
+  }
+  for (int64_t s = 0; s < n_seq; ++s) batch[s].cache->advance(row0[s + 1] - row0[s]);
+  return out;
+}
+
+}  // namespace
+
+std::unique_ptr<TargetModel> make_llama(const io::GGUFFile& file) {
+  return std::make_unique<LlamaModel>(file);
+}
+
+}  // namespace dspark

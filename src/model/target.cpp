@@ -1,0 +1,63 @@
+// Target loading and the shared TargetModel helpers; see target.hpp.
+#include "dspark/model/target.hpp"
+
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+
+#include "dspark/error.hpp"
+#include "dspark/io/gguf.hpp"
+#include "llama.hpp"
+
+namespace dspark {
+
+namespace {
+
+std::string dspark_home() {
+  if (const char* h = std::getenv("DSPARK_HOME"); h && *h) return h;
+  const char* home = std::getenv("HOME");
+  return std::string(home && *home ? home : ".") + "/.cache/dspark";
+}
+
+// Model aliases and the file each resolves to under $DSPARK_HOME/models.
+const std::map<std::string, std::string>& aliases() {
+  static const std::map<std::string, std::string> m = {
+      {"smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"},
+  };
+  return m;
+}
+
+}  // namespace
+
+std::string resolve_model_path(const std::string& path_or_alias) {
+  auto it = aliases().find(path_or_alias);
+  if (it == aliases().end()) return path_or_alias;
+  const std::string path = dspark_home() + "/models/" + it->second;
+  if (!std::filesystem::exists(path)) {
+    throw Error("model '" + path_or_alias + "' is not installed: expected " + path +
+                " (run `make setup` or scripts/fetch_model.sh " + path_or_alias + ")");
+  }
+  return path;
+}
+
+std::unique_ptr<TargetModel> load_target(const std::string& path_or_alias) {
+  const std::string path = resolve_model_path(path_or_alias);
+  io::GGUFFile file(path);
+  const std::string arch = file.get_string("general.architecture");
+  if (arch == "llama") return make_llama(file);
+  throw FormatError(path + ": unsupported architecture '" + arch + "' (supported: llama)");
+}
+
+ForwardOut TargetModel::forward_one(KVCache& cache, std::span<const TokenId> tokens, Logits logits,
+                                    const TapRequest& taps) {
+  ForwardSeq seq{&cache, tokens, logits};
+  auto out = forward(std::span<ForwardSeq>(&seq, 1), taps);
+  return std::move(out[0]);
+}
+
+KVCache TargetModel::new_cache(int64_t max_tokens) const {
+  const auto& i = info();
+  return KVCache(i.n_layers, i.n_kv_heads, i.head_dim, max_tokens > 0 ? max_tokens : i.context);
+}
+
+}  // namespace dspark
