@@ -1,2 +1,44 @@
+// `dspark`: command-line front end. Exit status: 0 success, 2 bad input
+// (bad option, bad file, bad prompt), 1 internal error.
+#include <CLI/CLI.hpp>
+
 #include <iostream>
-int main() { std::cout << "dspark\n"; return 0; }
+#include <memory>
+#include <vector>
+
+#include "dspark/error.hpp"
+#include "generate_cmd.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"dspark: DSpark speculative decoding engine"};
+  app.set_version_flag("--version", std::string("dspark ") + DSPARK_VERSION);
+  app.require_subcommand(1);
+  std::vector<std::pair<CLI::App*, std::unique_ptr<dspark::cli::Command>>> commands;
+  {
+    auto g = std::make_unique<dspark::cli::GenerateCommand>(app);
+    commands.emplace_back(g->app(), std::move(g));
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 2;
+  }
+  try {
+    for (auto& [sub, cmd] : commands)
+      if (sub->parsed()) return cmd->run();
+  } catch (const dspark::Error& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "internal error: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

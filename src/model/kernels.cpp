@@ -2,6 +2,10 @@
 #include "dspark/model/kernels.hpp"
 
 #include <ATen/Parallel.h>
+// GCC 12's AVX-512 headers trip -Wuninitialized inside their own shuffle
+// intrinsics (the "undefined" pass-through operand); the code here is fine.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
 #include <cmath>
@@ -51,54 +55,88 @@ bool has_avx512f() {
 
 // ---- linear: AVX512-BF16 ------------------------------------------------------
 // Each dot product accumulates its own zmm register over k in steps of 32 and
-// is reduced by _mm512_reduce_add_ps: the order is the same for every tile
-// shape, so results do not depend on N or on the row split across threads.
+// is then reduced by the same fixed pairwise tree (lanes l and l+8, then l and
+// l+4, l and l+2, l and l+1). The tree is applied to 16 accumulators at once
+// with shuffles; since every lane operation involves only one accumulator, a
+// dot's result does not depend on the tile it was computed in, on N, or on the
+// row split across threads.
 
-template <int RO, int RN>
-__attribute__((target("avx512f,avx512bw,avx512bf16"))) inline void tile_bf16(
-    const uint16_t* x, const uint16_t* W, int64_t K, float* y, int64_t ldy) {
-  __m512 acc[RO][RN];
-  for (int i = 0; i < RO; ++i)
-    for (int j = 0; j < RN; ++j) acc[i][j] = _mm512_setzero_ps();
-  for (int64_t k = 0; k < K; k += 32) {
-    __m512bh w[RO];
-    for (int i = 0; i < RO; ++i) w[i] = (__m512bh)_mm512_loadu_si512(W + i * K + k);
-    for (int j = 0; j < RN; ++j) {
-      const __m512bh xv = (__m512bh)_mm512_loadu_si512(x + j * K + k);
-      for (int i = 0; i < RO; ++i) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], w[i], xv);
-    }
-  }
-  for (int i = 0; i < RO; ++i)
-    for (int j = 0; j < RN; ++j) y[j * ldy + i] = hsum16(acc[i][j]);
+// Reduces v[0..15] to one vector whose lane 4k+j holds the sum of v[4j+k].
+__attribute__((target("avx512f"))) inline __m512 reduce16(const __m512* v) {
+  __m512 c[8], e[4], g[2];
+  for (int i = 0; i < 8; ++i)
+    c[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x44),
+                         _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xEE));
+  for (int i = 0; i < 4; ++i)
+    e[i] = _mm512_add_ps(_mm512_shuffle_f32x4(c[2 * i], c[2 * i + 1], 0x88),
+                         _mm512_shuffle_f32x4(c[2 * i], c[2 * i + 1], 0xDD));
+  for (int i = 0; i < 2; ++i)
+    g[i] = _mm512_add_ps(_mm512_shuffle_ps(e[2 * i], e[2 * i + 1], 0x44),
+                         _mm512_shuffle_ps(e[2 * i], e[2 * i + 1], 0xEE));
+  return _mm512_add_ps(_mm512_shuffle_ps(g[0], g[1], 0x88), _mm512_shuffle_ps(g[0], g[1], 0xDD));
 }
 
-template <int RO>
-__attribute__((target("avx512f,avx512bw,avx512bf16"))) void rows_bf16(
-    const uint16_t* x, int64_t N, const uint16_t* W, int64_t K, float* y, int64_t ldy) {
+// Lane of reduce16's result that holds accumulator a.
+constexpr int lane_of(int a) { return 4 * (a % 4) + a / 4; }
+
+// 4 weight rows x 4 input rows: acc[4*i + j] = dot(W_i, x_j).
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) inline void tile4x4(
+    const uint16_t* x, const uint16_t* W, int64_t K, float* y, int64_t ldy, int rows) {
+  __m512 acc[16];
+  for (auto& a : acc) a = _mm512_setzero_ps();
+  for (int64_t k = 0; k < K; k += 32) {
+    __m512bh w[4], xv[4];
+    for (int i = 0; i < 4; ++i) w[i] = (__m512bh)_mm512_loadu_si512(W + i * K + k);
+    for (int j = 0; j < 4; ++j) xv[j] = (__m512bh)_mm512_loadu_si512(x + j * K + k);
+    for (int i = 0; i < 4; ++i)
+      for (int j = 0; j < 4; ++j) acc[4 * i + j] = _mm512_dpbf16_ps(acc[4 * i + j], w[i], xv[j]);
+  }
+  alignas(64) float r[16];
+  _mm512_store_ps(r, reduce16(acc));
+  for (int i = 0; i < rows; ++i)
+    for (int j = 0; j < 4; ++j) y[j * ldy + i] = r[lane_of(4 * i + j)];
+}
+
+// 16 weight rows x 1 input row: acc[i] = dot(W_i, x).
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) inline void tile16x1(
+    const uint16_t* x, const uint16_t* W, int64_t K, float* y, int rows) {
+  __m512 acc[16];
+  for (auto& a : acc) a = _mm512_setzero_ps();
+  for (int64_t k = 0; k < K; k += 32) {
+    const __m512bh xv = (__m512bh)_mm512_loadu_si512(x + k);
+    for (int i = 0; i < 16; ++i)
+      acc[i] = _mm512_dpbf16_ps(acc[i], (__m512bh)_mm512_loadu_si512(W + i * K + k), xv);
+  }
+  alignas(64) float r[16];
+  _mm512_store_ps(r, reduce16(acc));
+  for (int i = 0; i < rows; ++i) y[i] = r[lane_of(i)];
+}
+
+// One block of 16 weight rows (`rows` of them real) against all N inputs.
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) void block16(
+    const uint16_t* x, int64_t N, const uint16_t* W, int64_t K, float* y, int64_t ldy, int rows) {
   int64_t n = 0;
-  for (; n + 4 <= N; n += 4) tile_bf16<RO, 4>(x + n * K, W, K, y + n * ldy, ldy);
-  for (; n < N; ++n) tile_bf16<RO, 1>(x + n * K, W, K, y + n * ldy, ldy);
+  for (; n + 4 <= N; n += 4)
+    for (int i = 0; i < 16 && i < rows; i += 4)
+      tile4x4(x + n * K, W + i * K, K, y + n * ldy + i, ldy, std::min(4, rows - i));
+  for (; n < N; ++n) tile16x1(x + n * K, W, K, y + n * ldy, rows);
 }
 
 __attribute__((target("avx512f,avx512bw,avx512bf16"))) void linear_avx512bf16(
     const uint16_t* x, int64_t N, const uint16_t* W, int64_t O, int64_t K, float* y,
     int64_t ldy) {
-  const int64_t blocks = (O + 3) / 4;
+  const int64_t full = O / 16;
   // About 64 KiB of weights per task keeps the per-task overhead small.
-  const int64_t grain = std::max<int64_t>(1, 16384 / K);
-  at::parallel_for(0, blocks, grain, [&](int64_t b0, int64_t b1) {
-    for (int64_t b = b0; b < b1; ++b) {
-      const int64_t o = b * 4;
-      const uint16_t* w = W + o * K;
-      float* yo = y + o;
-      switch (std::min<int64_t>(4, O - o)) {
-        case 4: rows_bf16<4>(x, N, w, K, yo, ldy); break;
-        case 3: rows_bf16<3>(x, N, w, K, yo, ldy); break;
-        case 2: rows_bf16<2>(x, N, w, K, yo, ldy); break;
-        default: rows_bf16<1>(x, N, w, K, yo, ldy); break;
-      }
-    }
+  const int64_t grain = std::max<int64_t>(1, 2048 / K);
+  at::parallel_for(0, full, grain, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) block16(x, N, W + b * 16 * K, K, y + b * 16, ldy, 16);
   });
+  if (const int rest = static_cast<int>(O - full * 16); rest > 0) {
+    // Tail rows: zero-padded copy so the tiles never read past W.
+    std::vector<uint16_t> pad(static_cast<size_t>(16 * K), 0);
+    std::memcpy(pad.data(), W + full * 16 * K, sizeof(uint16_t) * rest * K);
+    block16(x, N, pad.data(), K, y + full * 16, ldy, rest);
+  }
 }
 
 // ---- linear: portable ---------------------------------------------------------
@@ -207,7 +245,7 @@ void rope_pairs(float* x, int64_t T, int64_t row_stride, int64_t n_heads, int64_
 
 void attention(const float* q, int64_t q_stride, const float* K, const float* V, int64_t cap,
                int64_t n_past, int64_t T, int64_t n_heads, int64_t n_kv, int64_t hd, float scale,
-               uint16_t* out) {
+               uint16_t* out, bool causal) {
   const int64_t group = n_heads / n_kv;
   const int64_t work = (n_past + T) * hd * 2;
   // Parallel over (t, head); each pair is independent, so the split does not
@@ -221,7 +259,7 @@ void attention(const float* q, int64_t q_stride, const float* K, const float* V,
       const float* qv = q + t * q_stride + h * hd;
       const float* Kg = K + g * cap * hd;
       const float* Vg = V + g * cap * hd;
-      const int64_t L = n_past + t + 1;
+      const int64_t L = causal ? n_past + t + 1 : n_past + T;
       float mx = -INFINITY;
       for (int64_t j = 0; j < L; ++j) {
         p[j] = dot(qv, Kg + j * hd, hd) * scale;

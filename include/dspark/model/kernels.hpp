@@ -43,14 +43,16 @@ void rmsnorm_f32(const float* x, const float* w, int64_t N, int64_t D, float eps
 void rope_pairs(float* x, int64_t T, int64_t row_stride, int64_t n_heads, int64_t head_dim,
                 int64_t rot_dim, const int64_t* positions, const float* inv_freq);
 
-/// Causal grouped-query attention of T new queries against a KV cache.
+/// Grouped-query attention of T new queries against a KV cache.
 /// q: [T, n_heads, hd] fp32 (row stride q_stride); K, V: [n_kv, cap, hd] fp32
 /// (the new keys/values already written at rows n_past..n_past+T-1).
-/// Query t sees keys 0..n_past+t. out: [T, n_heads*hd] bf16.
-/// Each (t, head) pair is computed independently (batch invariant).
+/// causal: query t sees keys 0..n_past+t; otherwise every query sees keys
+/// 0..n_past+T-1 (bidirectional inside the block, as the drafter needs).
+/// out: [T, n_heads*hd] bf16. Each (t, head) pair is computed independently
+/// (batch invariant).
 void attention(const float* q, int64_t q_stride, const float* K, const float* V, int64_t cap,
                int64_t n_past, int64_t T, int64_t n_heads, int64_t n_kv, int64_t hd, float scale,
-               uint16_t* out);
+               uint16_t* out, bool causal = true);
 
 /// SwiGLU: out[n, f] = silu(gu[n, f]) * gu[n, F + f]; gu: [N, 2F] fp32, out: [N, F] bf16.
 void silu_mul_to_bf16(const float* gu, int64_t N, int64_t F, uint16_t* out);

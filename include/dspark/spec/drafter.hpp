@@ -1,0 +1,130 @@
+// dspark/spec/drafter.hpp — the DSpark drafter: a DFlash block-diffusion
+// backbone conditioned on the target's tapped hidden states (KV injection),
+// a sequential head and a confidence head.
+//
+// Sources: DSpark (arXiv 2607.05147) Eq. 2-8; DFlash (arXiv 2602.06036).
+// Notation: d = target hidden size, m = number of tapped layers, γ = block
+// size (draft tokens per round), V = vocabulary, r = Markov rank.
+//
+// Block layout (anchor-first): the backbone input is [anchor, MASK × (γ-1)] at
+// absolute positions p..p+γ-1, where p is the anchor's position; slot k
+// (0-based) predicts the token at position p+k+1. Context features are the
+// target's hidden states of positions 0..p-1.
+//
+// Parameters live in one named registry (`params`) that drives init, save,
+// load and validation. Names follow the llama.cpp `dflash` tensor layout
+// where one exists (see docs/checkpoint-format.md).
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dspark/model/target.hpp"
+#include "dspark/spec/sampling.hpp"
+
+namespace dspark {
+
+/// Largest block size a drafter accepts (tokens per round).
+inline constexpr int kMaxGamma = 32;
+
+/// Sequential head variants (dspark-method.md §2).
+enum class SeqHead { None, Markov, Gated, Rnn, Elman };
+std::string to_string(SeqHead h);
+/// Parses "none" | "markov" | "gated" | "rnn" | "elman"; throws InvalidArgument.
+SeqHead parse_seq_head(const std::string& s);
+
+struct DrafterConfig {
+  int gamma = 7;             // γ: draft tokens per round
+  int n_layers = 1;          // draft layers
+  int n_heads = 0;           // attention heads (default: the target's)
+  int n_kv_heads = 0;        // KV heads (default: the target's)
+  int head_dim = 0;          // (default: the target's)
+  int ffn = 0;               // MLP width (default: the target's)
+  int markov_rank = 32;      // r; must be a multiple of 32
+  std::vector<int> tap_layers;  // target layers whose outputs are tapped (0-based)
+  SeqHead seq_head = SeqHead::Markov;
+  int mask_token_id = -1;    // >= 0: that embedding row is MASK; -1: learned mask embedding
+  double rope_base = 10000.0;
+  double eps = 1e-5;
+  // Target identity and dims the drafter was built for.
+  std::string target_id;
+  int64_t hidden = 0;        // d
+  int64_t vocab = 0;         // V
+  /// Confidence thresholds per position from calibration (empty = none).
+  std::vector<double> sts_thresholds;
+
+  int m() const { return static_cast<int>(tap_layers.size()); }
+  /// Fills zero fields from the target (heads, ffn, rope, dims, taps spread
+  /// over layers 1..L-3) and checks consistency; throws InvalidArgument.
+  void complete_from(const TargetInfo& target);
+  /// Throws InvalidArgument when a field is out of range.
+  void validate() const;
+};
+
+/// Per-sequence drafter state: the projected, RoPE'd context K/V of every
+/// draft layer. Rows are appended as the target accepts tokens and never
+/// recomputed (dspark-method.md §1, "Context K/V cache").
+struct DraftState {
+  std::vector<at::Tensor> k, v;  // per layer [n_kv, cap, hd] (compute dtype)
+  int64_t n_ctx = 0;             // context positions held (0..n_ctx-1)
+};
+
+/// What one drafting pass proposes.
+struct Draft {
+  std::vector<TokenId> tokens;          // [γ] x_1..x_γ
+  std::vector<float> conf_logits;       // [γ] raw confidence logits z_k
+  std::vector<Distribution> q;          // [γ] draw distributions (sampling only)
+};
+
+class Drafter {
+ public:
+  /// A drafter with freshly initialized parameters (seeded; deterministic).
+  /// Shared parameters are created first, then head-specific ones, so the
+  /// shared part is identical for every head type given the same seed.
+  static Drafter init(const DrafterConfig& cfg, uint64_t seed);
+
+  /// Wraps existing parameters; validates names and shapes against the
+  /// config (throws FormatError listing the offending tensor).
+  Drafter(DrafterConfig cfg, std::map<std::string, at::Tensor> params);
+
+  const DrafterConfig& config() const { return cfg_; }
+  /// Trainable parameters by name (fp32 master copies).
+  const std::map<std::string, at::Tensor>& params() const { return params_; }
+  std::map<std::string, at::Tensor>& mutable_params() { return params_; }
+  /// The expected parameter names and shapes for `cfg` (the one registry).
+  static std::vector<std::pair<std::string, std::vector<int64_t>>> param_spec(const DrafterConfig& cfg);
+
+  /// Binds the frozen shared tensors of the target (embedding, LM head) and
+  /// prepares bf16 inference copies. Throws InvalidArgument on a dim mismatch.
+  void bind(const TargetModel& target);
+
+  /// Appends target features of new context positions: feats [n, m*d] fp32
+  /// (the TapRequest output of layers cfg.tap_layers).
+  void append_context(DraftState& st, const at::Tensor& feats) const;
+
+  /// Drafts `gamma` tokens (0 = the configured γ) after `anchor` at position
+  /// st.n_ctx. Greedy when `sampling` is greedy, otherwise samples each x_k
+  /// from the processed distribution q_k (kept in the result). Requires
+  /// bind(). Overwrites the scratch rows of `st` past n_ctx.
+  Draft draft(const DraftState& st, TokenId anchor, int gamma, const SamplingParams& sampling,
+              Rng& rng) const;
+
+  /// Backbone hidden states of a block of `gamma` slots: [γ, d] fp32, post
+  /// final norm. Used by draft() and by tests.
+  at::Tensor block_hidden(const DraftState& st, TokenId anchor, int gamma) const;
+
+ private:
+  at::Tensor w(const std::string& name) const;  // inference copy (bf16 or fp32)
+  DrafterConfig cfg_;
+  std::map<std::string, at::Tensor> params_;
+  std::map<std::string, at::Tensor> infer_;  // compute-dtype copies after bind()
+  at::Tensor embed_, head_;                  // target's, shared
+  bool bound_ = false;
+};
+
+}  // namespace dspark

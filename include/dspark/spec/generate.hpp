@@ -1,0 +1,70 @@
+// dspark/spec/generate.hpp — the generation result shared by plain and
+// speculative decoding, and plain (one token per target call) decoding.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "dspark/model/target.hpp"
+#include "dspark/spec/sampling.hpp"
+
+namespace dspark {
+
+/// Called for every emitted token, in order. Return false to stop generation
+/// (the token is still counted as emitted).
+using TokenCallback = std::function<bool(TokenId)>;
+
+struct GenerateOptions {
+  int64_t n_predict = 256;         // maximum tokens to emit (end-of-generation excluded)
+  int64_t ctx_size = 0;            // KV capacity in tokens; 0 = the model's context length
+  SamplingParams sampling;         // temperature <= 0: greedy
+  std::vector<TokenId> stop_ids;   // end-of-generation ids (EOS, EOT); never emitted
+  TokenCallback on_token;          // optional streaming callback
+};
+
+/// Figures of one generation. Times are seconds.
+struct GenerateStats {
+  int64_t prompt_tokens = 0;
+  int64_t generated_tokens = 0;
+  double prefill_s = 0;
+  double decode_s = 0;  // from the end of prefill to the last token
+  int64_t target_calls = 0;  // target forward calls after prefill
+  // Speculative decoding only (zero for plain decoding).
+  int64_t drafted = 0;
+  int64_t accepted = 0;
+  int64_t rounds = 0;
+  double draft_s = 0;
+  double verify_s = 0;
+  std::vector<int64_t> reached_by_position;   // [γ] rounds whose draft reached position k
+  std::vector<int64_t> accepted_by_position;  // [γ] rounds that accepted position k
+
+  double prefill_tok_s() const { return prefill_s > 0 ? prompt_tokens / prefill_s : 0; }
+  double decode_tok_s() const { return decode_s > 0 ? generated_tokens / decode_s : 0; }
+  /// τ: tokens emitted per target call (each round emits accepted + 1).
+  double tau() const;
+  /// Conditional acceptance per draft position: accepted at k / rounds that reached k.
+  std::vector<double> acceptance_by_position() const;
+};
+
+struct GenerateResult {
+  std::vector<TokenId> tokens;  // emitted tokens (no end-of-generation id)
+  bool stopped_by_eog = false;  // an end-of-generation id ended it
+  GenerateStats stats;
+};
+
+/// Plain autoregressive decoding: prefill the prompt, then one target call per
+/// token. Throws dspark::InvalidArgument when the prompt is empty or does not
+/// fit the context (the message gives both lengths), or for invalid sampling
+/// parameters. Generation also ends when the context is full.
+GenerateResult generate_plain(TargetModel& model, const std::vector<TokenId>& prompt,
+                              const GenerateOptions& opts);
+
+/// Picks the next token from logits [V]: argmax when greedy, else samples
+/// the processed distribution with `rng`.
+TokenId pick_token(const float* logits, int64_t V, const SamplingParams& p, Rng& rng);
+
+/// Validates prompt length against the context; throws InvalidArgument.
+void check_prompt_fits(int64_t prompt_tokens, int64_t ctx_size);
+
+}  // namespace dspark

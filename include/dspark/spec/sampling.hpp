@@ -1,0 +1,72 @@
+// dspark/spec/sampling.hpp — logits processing and token sampling.
+//
+// One documented processing order, shared by plain decoding, the drafter and
+// speculative verification (which must process p and q identically):
+//   1. temperature: logits / T            (T <= 0 means greedy: argmax)
+//   2. top-k: keep the k largest logits   (k <= 0 or k >= V: keep all)
+//   3. softmax over what is kept
+//   4. top-p: keep the smallest prefix, by descending probability, whose mass
+//      reaches p                           (p >= 1: keep all)
+//   5. min-p: keep tokens whose probability is >= min_p * the largest
+//                                          (min_p <= 0: keep all)
+//   6. renormalize.
+// Ties are broken by the smaller token id everywhere, so results are
+// deterministic. Arithmetic is fp32 (softmax accumulates in double).
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace dspark {
+
+using TokenId = int32_t;
+
+/// Sampling parameters (llama.cpp's names and defaults).
+struct SamplingParams {
+  float temperature = 0.8f;  // <= 0: greedy
+  int top_k = 40;            // <= 0: disabled
+  float top_p = 0.95f;       // 1: disabled
+  float min_p = 0.05f;       // 0: disabled
+  uint64_t seed = 0xD5BA4C;  // RNG seed (reproducible for a given seed)
+
+  bool greedy() const { return temperature <= 0.f; }
+  /// Throws dspark::InvalidArgument naming the parameter, the allowed range
+  /// and the value found: temperature must be finite and >= 0, top_p in
+  /// (0, 1], min_p in [0, 1], top_k >= 0.
+  void validate() const;
+};
+
+/// A sparse probability distribution over token ids, sorted by descending
+/// probability (ties: ascending id). probs sum to 1.
+struct Distribution {
+  std::vector<TokenId> ids;
+  std::vector<float> probs;
+
+  /// Probability of `id` (0 when outside the support).
+  float prob(TokenId id) const;
+  size_t size() const { return ids.size(); }
+};
+
+/// Argmax of logits [V] (ties: smallest id).
+TokenId argmax(const float* logits, int64_t V);
+
+/// Applies steps 1-6 to logits [V] (fp32). Requires !params.greedy().
+Distribution process_logits(const float* logits, int64_t V, const SamplingParams& params);
+
+/// The RNG used for every sampling decision: a 64-bit Mersenne twister.
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) : gen_(seed) {}
+  /// Uniform double in [0, 1) with 53 random bits.
+  double uniform() { return static_cast<double>(gen_() >> 11) * 0x1.0p-53; }
+
+ private:
+  std::mt19937_64 gen_;
+};
+
+/// Draws one token from `dist` by inverse CDF in its stored order.
+TokenId sample(const Distribution& dist, Rng& rng);
+
+}  // namespace dspark

@@ -1,0 +1,63 @@
+// dspark/spec/speculative.hpp — lossless speculative decoding with a DSpark
+// drafter (dspark-method.md §5-6).
+//
+// Each round: the drafter proposes up to γ tokens after the anchor; low-
+// confidence tails are pruned; the target verifies [anchor, x_1..x_ℓ] in ONE
+// forward pass; the longest acceptable prefix is kept plus one target token
+// (correction or bonus); rejected KV entries are trimmed; the accepted
+// tokens' tapped features extend the drafter's context.
+//
+// Acceptance: greedy — x_k is accepted while it equals the target argmax;
+// sampling — x_k is accepted with probability min(1, p_k(x_k)/q_k(x_k)), at
+// the first rejection the correction is drawn from norm(max(0, p_k - q_k)),
+// and after a fully accepted block the bonus is drawn from p_{ℓ+1}. p and q
+// are the same processed distributions (temperature, top-k, top-p, min-p).
+// The output equals plain decoding token for token (greedy) and in
+// distribution (sampling).
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include "dspark/spec/drafter.hpp"
+#include "dspark/spec/generate.hpp"
+
+namespace dspark {
+
+/// Receives, per verified draft position of a round: position k (0-based),
+/// the raw confidence logit z_k, and whether positions 0..k were all
+/// accepted (prefix survival). Used by calibration.
+using RoundCallback = std::function<void(int position, float conf_logit, bool survived)>;
+
+struct SpecOptions {
+  int gamma = 0;  // block size; 0 = the drafter's γ
+  /// Confidence pruning. Thresholds resolve as: `thresholds` when set >
+  /// the drafter checkpoint's calibration > none; `min_conf` >= 0 overrides
+  /// every position with one value; `prune` false disables pruning.
+  bool prune = true;
+  std::optional<std::vector<double>> thresholds;
+  double min_conf = -1.0;
+  RoundCallback on_round;
+};
+
+/// Speculative generation. Same contract and errors as generate_plain, plus
+/// InvalidArgument when the drafter was built for another target.
+GenerateResult generate_speculative(TargetModel& target, const Drafter& drafter,
+                                    const std::vector<TokenId>& prompt, const GenerateOptions& opts,
+                                    const SpecOptions& spec);
+
+/// Number of draft positions kept by confidence pruning: the first k >= 1
+/// with sigmoid(conf_logits[k]) < thresholds[k] cuts the block to k
+/// (position 0 is always kept). Missing thresholds (past the list's end)
+/// keep the position. Empty thresholds keep everything.
+int prune_length(const std::vector<float>& conf_logits, const std::vector<double>& thresholds);
+
+/// Speculative-sampling verification of one draft token: accept `x` drawn
+/// from q when u < min(1, p(x) / max(q(x), 1e-8)).
+bool accept_token(const Distribution& p, const Distribution& q, TokenId x, double u);
+
+/// The residual distribution norm(max(0, p - q)); falls back to p when the
+/// residual mass is below 1e-9.
+Distribution residual(const Distribution& p, const Distribution& q);
+
+}  // namespace dspark

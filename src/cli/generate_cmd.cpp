@@ -1,0 +1,63 @@
+// `dspark generate`: one prompt, text streamed to stdout, stats to stderr.
+#include "generate_cmd.hpp"
+
+#include <cstdio>
+#include <iostream>
+
+#include "dspark/model/loaded_model.hpp"
+#include "dspark/tokenizer/tokenizer.hpp"
+
+namespace dspark::cli {
+
+GenerateCommand::GenerateCommand(CLI::App& parent) {
+  app_ = parent.add_subcommand("generate", "generate text from a prompt");
+  model_.add(*app_);
+  app_->add_option("-p,--prompt", prompt_, "prompt text")->required();
+  app_->add_option("-n,--n-predict", n_predict_, "maximum tokens to generate")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  add_sampling_options(*app_, sampling_);
+  app_->add_flag("--chat", chat_, "wrap the prompt as one user message with the chat template");
+  app_->add_flag("--json", json_, "print one JSON object instead of streaming text");
+}
+
+int GenerateCommand::run() {
+  sampling_.validate();
+  model_.apply_threads();
+  LoadedModel m = LoadedModel::load(model_.model);
+  const auto prompt = m.encode_prompt(prompt_, chat_);
+
+  GenerateOptions opts;
+  opts.n_predict = n_predict_;
+  opts.ctx_size = model_.ctx_size;
+  opts.sampling = sampling_;
+  opts.stop_ids = m.stop_ids;
+  tok::StreamDecoder stream(*m.tokenizer);
+  if (!json_) {
+    opts.on_token = [&](TokenId id) {
+      const std::string piece = stream.push(id);
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+      std::fflush(stdout);
+      return true;
+    };
+  }
+  GenerateResult r = generate_plain(*m.target, prompt, opts);
+  const auto& s = r.stats;
+  if (json_) {
+    nlohmann::json out = {{"text", m.tokenizer->decode(r.tokens)},
+                          {"tokens", r.tokens},
+                          {"stats", stats_json(s)}};
+    std::cout << out.dump() << std::endl;
+  } else {
+    const std::string tail = stream.flush();
+    std::fwrite(tail.data(), 1, tail.size(), stdout);
+    std::fputc('\n', stdout);
+    std::fflush(stdout);
+    std::fprintf(stderr, "prompt: %lld tokens, %.1f tok/s | decode: %lld tokens, %.1f tok/s\n",
+                 static_cast<long long>(s.prompt_tokens), s.prefill_tok_s(),
+                 static_cast<long long>(s.generated_tokens), s.decode_tok_s());
+  }
+  return 0;
+}
+
+}  // namespace dspark::cli

@@ -1,0 +1,23 @@
+#pragma once
+
+#include "common.hpp"
+
+namespace dspark::cli {
+
+class GenerateCommand : public Command {
+ public:
+  explicit GenerateCommand(CLI::App& parent);
+  CLI::App* app() const { return app_; }
+  int run() override;
+
+ private:
+  CLI::App* app_;
+  ModelOptions model_;
+  SamplingParams sampling_;
+  std::string prompt_;
+  int64_t n_predict_ = 256;
+  bool chat_ = false;
+  bool json_ = false;
+};
+
+}  // namespace dspark::cli

@@ -1,0 +1,331 @@
+// DSpark drafter backbone: config, parameter registry, init, and the
+// inference forward pass (see include/dspark/spec/drafter.hpp).
+//
+// Inference runs on the same batch-invariant CPU kernels as the target
+// (bf16 matmuls, fp32 norms/RoPE/softmax). Per draft layer i:
+//   H_ctx = hidden_norm(fc · concat(taps))                       [n, d]
+//   K_ctx = rope(k_norm(W_k^i H_ctx)), V_ctx = W_v^i H_ctx        cached
+//   x = embed([anchor, MASK × (γ-1)])                             [γ, d]
+//   h = attn_norm(x); q,k,v = W_{q,k,v} h (q/k normed + RoPE at p..p+γ-1)
+//   x += W_o · attn(q, [K_ctx; k], [V_ctx; v])   (no causal mask)
+//   x += W_down (silu(W_gate h') ⊙ W_up h'), h' = ffn_norm(x)
+// then h_k = output_norm(x)_k.
+#include "dspark/spec/drafter.hpp"
+
+#include <ATen/Parallel.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "dspark/error.hpp"
+#include "dspark/model/kernels.hpp"
+
+namespace dspark {
+
+namespace {
+
+const uint16_t* bf16(const at::Tensor& t) {
+  return reinterpret_cast<const uint16_t*>(t.data_ptr<at::BFloat16>());
+}
+
+// y [N, O] fp32 = x [N, K] (bf16 bits) · W^T, W [O, K] bf16.
+at::Tensor linear(const std::vector<uint16_t>& x, int64_t N, const at::Tensor& W) {
+  at::Tensor y = at::empty({N, W.size(0)}, at::kFloat);
+  kernels::linear_bf16(x.data(), N, bf16(W), W.size(0), W.size(1), y.data_ptr<float>(), W.size(0));
+  return y;
+}
+
+std::vector<uint16_t> to_bf16(const at::Tensor& x) {
+  at::Tensor c = x.contiguous();
+  std::vector<uint16_t> out(static_cast<size_t>(c.numel()));
+  const float* p = c.data_ptr<float>();
+  for (size_t i = 0; i < out.size(); ++i) out[i] = kernels::f32_to_bf16(p[i]);
+  return out;
+}
+
+std::vector<uint16_t> rmsnorm_bf16(const at::Tensor& x, const at::Tensor& w, double eps) {
+  std::vector<uint16_t> out(static_cast<size_t>(x.numel()));
+  kernels::rmsnorm_to_bf16(x.data_ptr<float>(), w.data_ptr<float>(), x.size(0), x.size(1),
+                           static_cast<float>(eps), out.data());
+  return out;
+}
+
+// Per-head RMSNorm over the last dim of rows [R, hd] in place.
+void head_norm(float* x, int64_t rows, int64_t hd, const at::Tensor& w, double eps) {
+  kernels::rmsnorm_f32(x, w.data_ptr<float>(), rows, hd, static_cast<float>(eps), x);
+}
+
+std::vector<float> inv_freq(const DrafterConfig& c) {
+  std::vector<float> f(static_cast<size_t>(c.head_dim / 2));
+  for (size_t i = 0; i < f.size(); ++i)
+    f[i] = static_cast<float>(std::pow(c.rope_base, -2.0 * static_cast<double>(i) / c.head_dim));
+  return f;
+}
+
+std::string L(int i, const char* name) { return "layers." + std::to_string(i) + "." + name; }
+
+}  // namespace
+
+std::string to_string(SeqHead h) {
+  switch (h) {
+    case SeqHead::None: return "none";
+    case SeqHead::Markov: return "markov";
+    case SeqHead::Gated: return "gated";
+    case SeqHead::Rnn: return "rnn";
+    case SeqHead::Elman: return "elman";
+  }
+  return "?";
+}
+
+SeqHead parse_seq_head(const std::string& s) {
+  for (SeqHead h : {SeqHead::None, SeqHead::Markov, SeqHead::Gated, SeqHead::Rnn, SeqHead::Elman})
+    if (to_string(h) == s) return h;
+  throw InvalidArgument("unknown sequential head '" + s + "' (expected none, markov, gated, rnn or elman)");
+}
+
+void DrafterConfig::complete_from(const TargetInfo& t) {
+  if (n_heads == 0) n_heads = static_cast<int>(t.n_heads);
+  if (n_kv_heads == 0) n_kv_heads = static_cast<int>(t.n_kv_heads);
+  if (head_dim == 0) head_dim = static_cast<int>(t.head_dim);
+  if (ffn == 0) ffn = static_cast<int>(t.ffn);
+  if (hidden == 0) hidden = t.hidden;
+  if (vocab == 0) vocab = t.vocab;
+  if (target_id.empty()) target_id = t.id;
+  rope_base = t.rope_base;
+  eps = t.rms_eps;
+  if (tap_layers.empty()) {
+    // Five layers spread from layer 1 to L-3 (never the final layer).
+    const int Lt = static_cast<int>(t.n_layers);
+    const int m = std::min(5, std::max(1, Lt - 3));
+    for (int i = 0; i < m; ++i) tap_layers.push_back(m == 1 ? 1 : 1 + i * (Lt - 4) / (m - 1));
+  }
+  for (int l : tap_layers)
+    if (l < 0 || l >= t.n_layers)
+      throw InvalidArgument("tap layer " + std::to_string(l) + " outside the target's layers [0, " +
+                            std::to_string(t.n_layers) + ")");
+  validate();
+}
+
+void DrafterConfig::validate() const {
+  auto need = [](bool ok, const std::string& what) {
+    if (!ok) throw InvalidArgument("drafter config: " + what);
+  };
+  need(gamma >= 1 && gamma <= kMaxGamma, "gamma must be in [1, " + std::to_string(kMaxGamma) + "], got " + std::to_string(gamma));
+  need(n_layers >= 1 && n_layers <= 32, "n_layers must be in [1, 32], got " + std::to_string(n_layers));
+  need(n_heads > 0 && n_kv_heads > 0 && n_heads % n_kv_heads == 0,
+       "n_heads must be a positive multiple of n_kv_heads");
+  need(head_dim > 0 && head_dim % 2 == 0, "head_dim must be positive and even");
+  need(hidden > 0 && hidden % 32 == 0, "hidden size must be a multiple of 32");
+  need((n_heads * head_dim) % 32 == 0 && ffn % 32 == 0, "attention and MLP widths must be multiples of 32");
+  need(markov_rank >= 32 && markov_rank % 32 == 0,
+       "markov_rank must be a positive multiple of 32, got " + std::to_string(markov_rank));
+  need(!tap_layers.empty(), "at least one tap layer is required");
+  need(vocab > 0, "vocab must be positive");
+  need(mask_token_id < vocab, "mask_token_id outside the vocabulary");
+}
+
+std::vector<std::pair<std::string, std::vector<int64_t>>> Drafter::param_spec(const DrafterConfig& c) {
+  const int64_t d = c.hidden, hd = c.head_dim, H = c.n_heads, Hkv = c.n_kv_heads, F = c.ffn,
+                r = c.markov_rank, V = c.vocab;
+  std::vector<std::pair<std::string, std::vector<int64_t>>> s = {
+      {"fc.weight", {d, c.m() * d}},
+      {"hidden_norm.weight", {d}},
+  };
+  for (int i = 0; i < c.n_layers; ++i) {
+    s.push_back({L(i, "attn_norm.weight"), {d}});
+    s.push_back({L(i, "attn_q.weight"), {H * hd, d}});
+    s.push_back({L(i, "attn_k.weight"), {Hkv * hd, d}});
+    s.push_back({L(i, "attn_v.weight"), {Hkv * hd, d}});
+    s.push_back({L(i, "attn_output.weight"), {d, H * hd}});
+    s.push_back({L(i, "attn_q_norm.weight"), {hd}});
+    s.push_back({L(i, "attn_k_norm.weight"), {hd}});
+    s.push_back({L(i, "ffn_norm.weight"), {d}});
+    s.push_back({L(i, "ffn_gate.weight"), {F, d}});
+    s.push_back({L(i, "ffn_up.weight"), {F, d}});
+    s.push_back({L(i, "ffn_down.weight"), {d, F}});
+  }
+  s.push_back({"output_norm.weight", {d}});
+  if (c.mask_token_id < 0) s.push_back({"mask_embedding", {d}});
+  // Markov embedding/projection and the confidence head are shared by every head type.
+  s.push_back({"markov_w1.weight", {V, r}});
+  s.push_back({"markov_w2.weight", {V, r}});
+  s.push_back({"conf_proj.weight", {1, d + r}});
+  s.push_back({"conf_proj.bias", {1}});
+  // Head-specific parameters come last.
+  switch (c.seq_head) {
+    case SeqHead::Gated:
+      s.push_back({"markov_gate.weight", {r, d + r}});
+      s.push_back({"markov_gate.bias", {r}});
+      break;
+    case SeqHead::Rnn:
+      s.push_back({"rnn.weight", {3 * r, 2 * r + d}});
+      s.push_back({"rnn.bias", {3 * r}});
+      break;
+    case SeqHead::Elman:
+      s.push_back({"elman.wh", {r, r}});
+      s.push_back({"elman.bh", {r}});
+      s.push_back({"elman.wo", {V, r}});
+      break;
+    default: break;
+  }
+  return s;
+}
+
+Drafter Drafter::init(const DrafterConfig& cfg, uint64_t seed) {
+  cfg.validate();
+  at::Generator gen = at::detail::createCPUGenerator(seed);
+  std::map<std::string, at::Tensor> p;
+  for (const auto& [name, shape] : param_spec(cfg)) {
+    at::Tensor t;
+    const bool norm = name.find("norm") != std::string::npos;
+    const bool zero = name == "markov_w2.weight" || name == "elman.wo" || name == "conf_proj.bias" ||
+                      name == "markov_gate.bias" || name == "rnn.bias" || name == "elman.bh";
+    if (norm) {
+      t = at::ones(shape, at::kFloat);
+    } else if (zero) {
+      t = at::zeros(shape, at::kFloat);
+    } else {
+      t = at::empty(shape, at::kFloat).normal_(0.0, 0.02, gen);
+    }
+    p.emplace(name, t);
+  }
+  return Drafter(cfg, std::move(p));
+}
+
+Drafter::Drafter(DrafterConfig cfg, std::map<std::string, at::Tensor> params)
+    : cfg_(std::move(cfg)), params_(std::move(params)) {
+  cfg_.validate();
+  for (const auto& [name, shape] : param_spec(cfg_)) {
+    auto it = params_.find(name);
+    if (it == params_.end()) throw FormatError("drafter: missing parameter '" + name + "'");
+    if (it->second.sizes().vec() != shape) {
+      throw FormatError("drafter: parameter '" + name + "' has shape " +
+                        c10::str(it->second.sizes()) + ", expected " + c10::str(at::IntArrayRef(shape)));
+    }
+    it->second = it->second.to(at::kFloat).contiguous();
+  }
+  if (params_.size() != param_spec(cfg_).size()) {
+    for (const auto& [name, t] : params_) {
+      bool known = false;
+      for (const auto& [n2, s2] : param_spec(cfg_)) known |= n2 == name;
+      if (!known) throw FormatError("drafter: unexpected parameter '" + name + "' for seq_head " +
+                                    to_string(cfg_.seq_head));
+    }
+  }
+}
+
+void Drafter::bind(const TargetModel& target) {
+  const auto& t = target.info();
+  if (t.hidden != cfg_.hidden || t.vocab != cfg_.vocab) {
+    throw InvalidArgument("drafter dims (hidden " + std::to_string(cfg_.hidden) + ", vocab " +
+                          std::to_string(cfg_.vocab) + ") do not match the target (hidden " +
+                          std::to_string(t.hidden) + ", vocab " + std::to_string(t.vocab) + ")");
+  }
+  embed_ = target.embedding();
+  head_ = target.lm_head();
+  infer_.clear();
+  for (const auto& [name, p] : params_) {
+    const bool matrix = p.dim() == 2 && name != "conf_proj.weight";
+    infer_[name] = matrix ? p.to(at::kBFloat16).contiguous() : p.contiguous();
+  }
+  bound_ = true;
+}
+
+at::Tensor Drafter::w(const std::string& name) const { return infer_.at(name); }
+
+void Drafter::append_context(DraftState& st, const at::Tensor& feats) const {
+  if (!bound_) throw InvalidArgument("drafter: bind() must be called before use");
+  const int64_t n = feats.size(0), d = cfg_.hidden, hd = cfg_.head_dim, Hkv = cfg_.n_kv_heads;
+  if (feats.dim() != 2 || feats.size(1) != cfg_.m() * d) {
+    throw InvalidArgument("drafter: context features have shape " + c10::str(feats.sizes()) +
+                          ", expected [n, " + std::to_string(cfg_.m() * d) + "]");
+  }
+  if (n == 0) return;
+  // Grow the per-layer caches (room for the block's γ rows too).
+  const int64_t need = st.n_ctx + n + kMaxGamma;
+  if (st.k.empty() || st.k[0].size(1) < need) {
+    const int64_t cap = std::max<int64_t>(need, st.k.empty() ? 256 : st.k[0].size(1) * 2);
+    for (int i = 0; i < cfg_.n_layers; ++i) {
+      at::Tensor k = at::zeros({Hkv, cap, hd}, at::kFloat), v = at::zeros({Hkv, cap, hd}, at::kFloat);
+      if (!st.k.empty() && st.n_ctx > 0) {
+        k.narrow(1, 0, st.n_ctx).copy_(st.k[i].narrow(1, 0, st.n_ctx));
+        v.narrow(1, 0, st.n_ctx).copy_(st.v[i].narrow(1, 0, st.n_ctx));
+      }
+      if (st.k.size() <= static_cast<size_t>(i)) {
+        st.k.push_back(k);
+        st.v.push_back(v);
+      } else {
+        st.k[i] = k;
+        st.v[i] = v;
+      }
+    }
+  }
+  // H_ctx = hidden_norm(fc · feats)
+  at::Tensor h = linear(to_bf16(feats.to(at::kFloat)), n, w("fc.weight"));
+  std::vector<uint16_t> hb = rmsnorm_bf16(h, w("hidden_norm.weight"), cfg_.eps);
+  const auto freq = inv_freq(cfg_);
+  std::vector<int64_t> pos(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) pos[i] = st.n_ctx + i;
+  for (int i = 0; i < cfg_.n_layers; ++i) {
+    at::Tensor k = linear(hb, n, w(L(i, "attn_k.weight")));  // [n, Hkv*hd]
+    at::Tensor v = linear(hb, n, w(L(i, "attn_v.weight")));
+    head_norm(k.data_ptr<float>(), n * Hkv, hd, w(L(i, "attn_k_norm.weight")), cfg_.eps);
+    kernels::rope_pairs(k.data_ptr<float>(), n, Hkv * hd, Hkv, hd, hd, pos.data(), freq.data());
+    // [n, Hkv, hd] -> cache [Hkv, n_ctx.., hd]
+    st.k[i].narrow(1, st.n_ctx, n).copy_(k.view({n, Hkv, hd}).transpose(0, 1));
+    st.v[i].narrow(1, st.n_ctx, n).copy_(v.view({n, Hkv, hd}).transpose(0, 1));
+  }
+  st.n_ctx += n;
+}
+
+at::Tensor Drafter::block_hidden(const DraftState& st, TokenId anchor, int gamma) const {
+  if (!bound_) throw InvalidArgument("drafter: bind() must be called before use");
+  if (st.k.empty()) throw InvalidArgument("drafter: no context features appended yet");
+  if (gamma < 1 || gamma > kMaxGamma)
+    throw InvalidArgument("drafter: gamma must be in [1, " + std::to_string(kMaxGamma) + "], got " +
+                          std::to_string(gamma));
+  const int64_t G = gamma, d = cfg_.hidden, hd = cfg_.head_dim, H = cfg_.n_heads,
+                Hkv = cfg_.n_kv_heads, F = cfg_.ffn, p = st.n_ctx;
+  // x = embed([anchor, MASK × (γ-1)])
+  at::Tensor x = at::empty({G, d}, at::kFloat);
+  x[0].copy_(embed_[anchor].to(at::kFloat));
+  if (G > 1) {
+    at::Tensor mask = cfg_.mask_token_id >= 0 ? embed_[cfg_.mask_token_id].to(at::kFloat)
+                                              : w("mask_embedding");
+    x.narrow(0, 1, G - 1).copy_(mask.expand({G - 1, d}));
+  }
+  const auto freq = inv_freq(cfg_);
+  std::vector<int64_t> pos(static_cast<size_t>(G));
+  for (int64_t i = 0; i < G; ++i) pos[i] = p + i;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  std::vector<uint16_t> attn(static_cast<size_t>(G * H * hd));
+  for (int i = 0; i < cfg_.n_layers; ++i) {
+    std::vector<uint16_t> hb = rmsnorm_bf16(x, w(L(i, "attn_norm.weight")), cfg_.eps);
+    at::Tensor q = linear(hb, G, w(L(i, "attn_q.weight")));  // [γ, H*hd]
+    at::Tensor k = linear(hb, G, w(L(i, "attn_k.weight")));  // [γ, Hkv*hd]
+    at::Tensor v = linear(hb, G, w(L(i, "attn_v.weight")));
+    head_norm(q.data_ptr<float>(), G * H, hd, w(L(i, "attn_q_norm.weight")), cfg_.eps);
+    head_norm(k.data_ptr<float>(), G * Hkv, hd, w(L(i, "attn_k_norm.weight")), cfg_.eps);
+    kernels::rope_pairs(q.data_ptr<float>(), G, H * hd, H, hd, hd, pos.data(), freq.data());
+    kernels::rope_pairs(k.data_ptr<float>(), G, Hkv * hd, Hkv, hd, hd, pos.data(), freq.data());
+    // Block keys/values go into the scratch rows right after the context.
+    st.k[i].narrow(1, p, G).copy_(k.view({G, Hkv, hd}).transpose(0, 1));
+    st.v[i].narrow(1, p, G).copy_(v.view({G, Hkv, hd}).transpose(0, 1));
+    kernels::attention(q.data_ptr<float>(), H * hd, st.k[i].data_ptr<float>(),
+                       st.v[i].data_ptr<float>(), st.k[i].size(1), p, G, H, Hkv, hd, scale,
+                       attn.data(), /*causal=*/false);
+    x.add_(linear(attn, G, w(L(i, "attn_output.weight"))));
+    std::vector<uint16_t> hf = rmsnorm_bf16(x, w(L(i, "ffn_norm.weight")), cfg_.eps);
+    at::Tensor gu = at::cat({linear(hf, G, w(L(i, "ffn_gate.weight"))),
+                             linear(hf, G, w(L(i, "ffn_up.weight")))}, 1).contiguous();
+    std::vector<uint16_t> act(static_cast<size_t>(G * F));
+    kernels::silu_mul_to_bf16(gu.data_ptr<float>(), G, F, act.data());
+    x.add_(linear(act, G, w(L(i, "ffn_down.weight"))));
+  }
+  at::Tensor out = at::empty({G, d}, at::kFloat);
+  kernels::rmsnorm_f32(x.data_ptr<float>(), w("output_norm.weight").data_ptr<float>(), G, d,
+                       static_cast<float>(cfg_.eps), out.data_ptr<float>());
+  return out;
+}
+
+}  // namespace dspark

@@ -1,0 +1,125 @@
+// DSpark sequential heads and confidence head (DSpark Eq. 5-8), inference.
+//
+// For slot k (0-based) with previous token x_{k-1} (x_{-1} = anchor) and
+// backbone hidden h_k:
+//   e      = W1[x_{k-1}]                                   [r]
+//   none:    B = 0
+//   markov:  B = W2 e                                      (Eq. 5)
+//   gated:   B = W2 (σ(W_g [h_k; e] + b_g) ⊙ e)
+//   rnn:     g,c,o = split(W [s; e; h_k] + b); s = σ(g)⊙s + (1-σ(g))⊙tanh(c);
+//            B = W2 tanh(o)                                (Eq. 6, s_0 = 0)
+//   elman:   s = tanh(W_H s + e + b_H); B = W_O s
+//   logits = LMHead(h_k) + B;  z_k = w·[h_k; e] + b        (Eq. 7, σ(z) = c_k)
+#include <cmath>
+
+#include "dspark/error.hpp"
+#include "dspark/model/kernels.hpp"
+#include "dspark/spec/drafter.hpp"
+
+namespace dspark {
+
+namespace {
+
+const uint16_t* bf16(const at::Tensor& t) {
+  return reinterpret_cast<const uint16_t*>(t.data_ptr<at::BFloat16>());
+}
+
+// y[O] = W [O, K] · x[K], x given in fp32 (rounded to bf16 for the matmul).
+std::vector<float> matvec(const at::Tensor& W, const std::vector<float>& x) {
+  std::vector<uint16_t> xb(x.size());
+  for (size_t i = 0; i < x.size(); ++i) xb[i] = kernels::f32_to_bf16(x[i]);
+  std::vector<float> y(static_cast<size_t>(W.size(0)));
+  kernels::linear_bf16(xb.data(), 1, bf16(W), W.size(0), W.size(1), y.data(), W.size(0));
+  return y;
+}
+
+float sigmoid(float v) { return 1.f / (1.f + std::exp(-v)); }
+
+}  // namespace
+
+Draft Drafter::draft(const DraftState& st, TokenId anchor, int gamma,
+                     const SamplingParams& sampling, Rng& rng) const {
+  const int64_t G = gamma > 0 ? gamma : cfg_.gamma, d = cfg_.hidden, r = cfg_.markov_rank, V = cfg_.vocab;
+  if (anchor < 0 || anchor >= V) throw InvalidArgument("drafter: anchor id outside the vocabulary");
+  at::Tensor h = block_hidden(st, anchor, static_cast<int>(G));  // [γ, d]
+  // U = LMHead(h): [γ, V] in one pass over the (shared) LM head.
+  std::vector<uint16_t> hb(static_cast<size_t>(G * d));
+  const float* hp = h.data_ptr<float>();
+  for (size_t i = 0; i < hb.size(); ++i) hb[i] = kernels::f32_to_bf16(hp[i]);
+  std::vector<float> U(static_cast<size_t>(G * V));
+  kernels::linear_bf16(hb.data(), G, bf16(head_), V, d, U.data(), V);
+
+  const at::Tensor W1 = infer_.at("markov_w1.weight");  // [V, r] bf16
+  const float* cw = infer_.at("conf_proj.weight").data_ptr<float>();  // [1, d + r]
+  const float cb = infer_.at("conf_proj.bias").data_ptr<float>()[0];
+  std::vector<float> s(static_cast<size_t>(r), 0.f);  // recurrent state (rnn, elman)
+
+  Draft out;
+  out.tokens.reserve(G);
+  TokenId prev = anchor;
+  for (int64_t k = 0; k < G; ++k) {
+    const float* hk = hp + k * d;
+    std::vector<float> e(static_cast<size_t>(r));
+    const at::BFloat16* w1row = W1.data_ptr<at::BFloat16>() + static_cast<int64_t>(prev) * r;
+    for (int64_t i = 0; i < r; ++i) e[i] = static_cast<float>(w1row[i]);
+
+    double z = cb;
+    for (int64_t i = 0; i < d; ++i) z += static_cast<double>(cw[i]) * hk[i];
+    for (int64_t i = 0; i < r; ++i) z += static_cast<double>(cw[d + i]) * e[i];
+    out.conf_logits.push_back(static_cast<float>(z));
+
+    float* logits = U.data() + k * V;
+    std::vector<float> B;
+    switch (cfg_.seq_head) {
+      case SeqHead::None: break;
+      case SeqHead::Markov: B = matvec(infer_.at("markov_w2.weight"), e); break;
+      case SeqHead::Gated: {
+        std::vector<float> he(hk, hk + d);
+        he.insert(he.end(), e.begin(), e.end());
+        auto g = matvec(infer_.at("markov_gate.weight"), he);
+        const float* gb = infer_.at("markov_gate.bias").data_ptr<float>();
+        for (int64_t i = 0; i < r; ++i) g[i] = sigmoid(g[i] + gb[i]) * e[i];
+        B = matvec(infer_.at("markov_w2.weight"), g);
+        break;
+      }
+      case SeqHead::Rnn: {
+        std::vector<float> zin(s);
+        zin.insert(zin.end(), e.begin(), e.end());
+        zin.insert(zin.end(), hk, hk + d);
+        auto gco = matvec(infer_.at("rnn.weight"), zin);
+        const float* rb = infer_.at("rnn.bias").data_ptr<float>();
+        std::vector<float> o(static_cast<size_t>(r));
+        for (int64_t i = 0; i < r; ++i) {
+          const float g = sigmoid(gco[i] + rb[i]);
+          const float c = std::tanh(gco[r + i] + rb[r + i]);
+          s[i] = g * s[i] + (1.f - g) * c;
+          o[i] = std::tanh(gco[2 * r + i] + rb[2 * r + i]);
+        }
+        B = matvec(infer_.at("markov_w2.weight"), o);
+        break;
+      }
+      case SeqHead::Elman: {
+        auto a = matvec(infer_.at("elman.wh"), s);
+        const float* bh = infer_.at("elman.bh").data_ptr<float>();
+        for (int64_t i = 0; i < r; ++i) s[i] = std::tanh(a[i] + e[i] + bh[i]);
+        B = matvec(infer_.at("elman.wo"), s);
+        break;
+      }
+    }
+    if (!B.empty())
+      for (int64_t v = 0; v < V; ++v) logits[v] += B[v];
+
+    TokenId x;
+    if (sampling.greedy()) {
+      x = argmax(logits, V);
+    } else {
+      out.q.push_back(process_logits(logits, V, sampling));
+      x = sample(out.q.back(), rng);
+    }
+    out.tokens.push_back(x);
+    prev = x;
+  }
+  return out;
+}
+
+}  // namespace dspark

@@ -1,0 +1,48 @@
+// Verification rules of speculative sampling (Leviathan et al. 2023; Chen et
+// al. 2023) and confidence pruning (DSpark §3.2, Alg. 1 with R = 1).
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "dspark/spec/speculative.hpp"
+
+namespace dspark {
+
+int prune_length(const std::vector<float>& conf_logits, const std::vector<double>& thresholds) {
+  const int n = static_cast<int>(conf_logits.size());
+  for (int k = 1; k < n && k < static_cast<int>(thresholds.size()); ++k) {
+    const double c = 1.0 / (1.0 + std::exp(-static_cast<double>(conf_logits[k])));
+    if (c < thresholds[k]) return k;
+  }
+  return n;
+}
+
+bool accept_token(const Distribution& p, const Distribution& q, TokenId x, double u) {
+  const double px = p.prob(x);
+  const double qx = std::max(static_cast<double>(q.prob(x)), 1e-8);
+  return u < std::min(1.0, px / qx);
+}
+
+Distribution residual(const Distribution& p, const Distribution& q) {
+  std::map<TokenId, double> r;
+  double mass = 0.0;
+  for (size_t i = 0; i < p.ids.size(); ++i) {
+    const double v = static_cast<double>(p.probs[i]) - q.prob(p.ids[i]);
+    if (v > 0) {
+      r[p.ids[i]] = v;
+      mass += v;
+    }
+  }
+  if (mass < 1e-9) return p;
+  std::vector<std::pair<TokenId, double>> items(r.begin(), r.end());
+  std::stable_sort(items.begin(), items.end(),
+                   [](const auto& a, const auto& b) { return a.second > b.second; });
+  Distribution d;
+  for (const auto& [id, v] : items) {
+    d.ids.push_back(id);
+    d.probs.push_back(static_cast<float>(v / mass));
+  }
+  return d;
+}
+
+}  // namespace dspark
