@@ -17,6 +17,7 @@ GenerateCommand::GenerateCommand(CLI::App& parent) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   add_sampling_options(*app_, sampling_);
+  drafter_.add(*app_);
   app_->add_flag("--chat", chat_, "wrap the prompt as one user message with the chat template");
   app_->add_flag("--json", json_, "print one JSON object instead of streaming text");
 }
@@ -41,7 +42,9 @@ int GenerateCommand::run() {
       return true;
     };
   }
-  GenerateResult r = generate_plain(*m.target, prompt, opts);
+  const auto drafter = drafter_.load(model_.model, *m.target);
+  GenerateResult r = drafter ? generate_speculative(*m.target, *drafter, prompt, opts, drafter_.spec())
+                             : generate_plain(*m.target, prompt, opts);
   const auto& s = r.stats;
   if (json_) {
     nlohmann::json out = {{"text", m.tokenizer->decode(r.tokens)},
@@ -53,9 +56,13 @@ int GenerateCommand::run() {
     std::fwrite(tail.data(), 1, tail.size(), stdout);
     std::fputc('\n', stdout);
     std::fflush(stdout);
-    std::fprintf(stderr, "prompt: %lld tokens, %.1f tok/s | decode: %lld tokens, %.1f tok/s\n",
+    std::fprintf(stderr, "prompt: %lld tokens, %.1f tok/s | decode: %lld tokens, %.1f tok/s",
                  static_cast<long long>(s.prompt_tokens), s.prefill_tok_s(),
                  static_cast<long long>(s.generated_tokens), s.decode_tok_s());
+    if (s.rounds > 0)
+      std::fprintf(stderr, " | tau %.2f, %lld target calls", s.tau(),
+                   static_cast<long long>(s.target_calls));
+    std::fprintf(stderr, "\n");
   }
   return 0;
 }

@@ -1,6 +1,7 @@
 #pragma once
 
 #include "common.hpp"
+#include "drafter_options.hpp"
 
 namespace dspark::cli {
 
@@ -13,6 +14,7 @@ class GenerateCommand : public Command {
  private:
   CLI::App* app_;
   ModelOptions model_;
+  DrafterOptions drafter_;
   SamplingParams sampling_;
   std::string prompt_;
   int64_t n_predict_ = 256;

@@ -9,6 +9,11 @@
 #include "dspark/error.hpp"
 #include "generate_cmd.hpp"
 
+namespace dspark::cli {
+std::unique_ptr<Command> make_init_drafter(CLI::App& app, CLI::App*& sub);
+std::unique_ptr<Command> make_bench(CLI::App& app, CLI::App*& sub);
+}  // namespace dspark::cli
+
 int main(int argc, char** argv) {
   CLI::App app{"dspark: DSpark speculative decoding engine"};
   app.set_version_flag("--version", std::string("dspark ") + DSPARK_VERSION);
@@ -17,6 +22,11 @@ int main(int argc, char** argv) {
   {
     auto g = std::make_unique<dspark::cli::GenerateCommand>(app);
     commands.emplace_back(g->app(), std::move(g));
+    for (auto make : {dspark::cli::make_init_drafter, dspark::cli::make_bench}) {
+      CLI::App* sub = nullptr;
+      auto c = make(app, sub);
+      commands.emplace_back(sub, std::move(c));
+    }
   }
   try {
     app.parse(argc, argv);

@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "dspark/error.hpp"
+#include "dspark/spec/checkpoint.hpp"
 
 namespace dspark {
 
@@ -26,12 +27,7 @@ GenerateResult generate_speculative(TargetModel& target, const Drafter& drafter,
   opts.sampling.validate();
   const auto& cfg = drafter.config();
   const auto& ti = target.info();
-  if (cfg.target_id != ti.id || cfg.hidden != ti.hidden || cfg.vocab != ti.vocab) {
-    throw InvalidArgument("drafter was built for target '" + cfg.target_id + "' (hidden " +
-                          std::to_string(cfg.hidden) + ", vocab " + std::to_string(cfg.vocab) +
-                          ") but the loaded target is '" + ti.id + "' (hidden " +
-                          std::to_string(ti.hidden) + ", vocab " + std::to_string(ti.vocab) + ")");
-  }
+  check_drafter_matches(cfg, ti);
   const int gamma = spec.gamma > 0 ? spec.gamma : cfg.gamma;
   if (gamma > kMaxGamma)
     throw InvalidArgument("gamma must be in [1, " + std::to_string(kMaxGamma) + "], got " +

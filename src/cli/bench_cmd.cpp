@@ -1,0 +1,226 @@
+// `dspark bench`: plain and speculative decoding of every prompt in one
+// process, alternating, with τ, acceptance by position, tokens/s, speedup and
+// a losslessness check (greedy: identical outputs).
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <unistd.h>
+#include <iostream>
+
+#include "common.hpp"
+#include "drafter_options.hpp"
+#include "dspark/error.hpp"
+#include "dspark/model/loaded_model.hpp"
+
+namespace dspark::cli {
+
+namespace {
+
+struct Prompt {
+  std::string id, text;
+};
+
+std::vector<Prompt> read_prompts(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw Error(path + ": cannot open prompts file");
+  std::vector<Prompt> out;
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) {
+    ++n;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::exception&) {
+      throw FormatError(path + ":" + std::to_string(n) + ": not valid JSON");
+    }
+    if (!j.is_object() || !j.contains("prompt") || !j["prompt"].is_string())
+      throw FormatError(path + ":" + std::to_string(n) + ": expected an object with a string 'prompt'");
+    out.push_back({j.value("id", "line-" + std::to_string(n)), j["prompt"].get<std::string>()});
+  }
+  if (out.empty()) throw FormatError(path + ": no prompts");
+  return out;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+}  // namespace
+
+class BenchCommand : public Command {
+ public:
+  explicit BenchCommand(CLI::App& parent) {
+    app_ = parent.add_subcommand("bench", "benchmark plain vs speculative decoding over a prompt set");
+    model_.add(*app_);
+    drafter_.add(*app_);
+    app_->add_option("--prompts", prompts_, "JSONL file with 'id' and 'prompt'")->required();
+    app_->add_option("-n,--n-predict", n_predict_, "tokens per prompt")
+        ->check(CLI::PositiveNumber)
+        ->capture_default_str();
+    add_sampling_options(*app_, sampling_);
+    sampling_.temperature = 0.f;
+    app_->add_option("--runs", runs_, "repetitions (medians reported)")->check(CLI::Range(1, 100));
+    app_->add_option("--limit", limit_, "use only the first N prompts")->check(CLI::NonNegativeNumber);
+    app_->add_flag("--raw", raw_, "do not apply the chat template");
+    app_->add_flag("--json", json_, "print one JSON object");
+  }
+  CLI::App* app() const { return app_; }
+
+  int run() override {
+    sampling_.validate();
+    model_.apply_threads();
+    LoadedModel m = LoadedModel::load(model_.model);
+    auto drafter = drafter_.load(model_.model, *m.target);
+    auto prompts = read_prompts(prompts_);
+    if (limit_ > 0 && static_cast<size_t>(limit_) < prompts.size()) prompts.resize(limit_);
+    const SpecOptions spec = drafter_.spec();
+
+    GenerateOptions opts;
+    opts.n_predict = n_predict_;
+    opts.ctx_size = model_.ctx_size;
+    opts.sampling = sampling_;
+    opts.stop_ids = m.stop_ids;
+
+    nlohmann::json rows = nlohmann::json::array();
+    std::vector<double> agg_plain, agg_spec, agg_prefill;
+    GenerateStats total_spec;
+    bool all_lossless = true;
+    for (int run = 0; run < runs_; ++run) {
+      double plain_tokens = 0, plain_s = 0, spec_tokens = 0, spec_s = 0, pre_tokens = 0, pre_s = 0;
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        const auto ids = m.encode_prompt(prompts[i].text, !raw_);
+        GenerateResult plain, sp;
+        auto run_plain = [&] { plain = generate_plain(*m.target, ids, opts); };
+        auto run_spec = [&] {
+          if (drafter) sp = generate_speculative(*m.target, *drafter, ids, opts, spec);
+        };
+        // Alternate the order so neither mode always runs on a warmer cache.
+        if (i % 2 == 0) { run_plain(); run_spec(); } else { run_spec(); run_plain(); }
+        plain_tokens += plain.stats.generated_tokens;
+        plain_s += plain.stats.decode_s;
+        pre_tokens += plain.stats.prompt_tokens;
+        pre_s += plain.stats.prefill_s;
+        nlohmann::json row = {{"id", prompts[i].id},
+                              {"prompt_tokens", plain.stats.prompt_tokens},
+                              {"plain_tokens", plain.stats.generated_tokens},
+                              {"plain_tok_s", plain.stats.decode_tok_s()},
+                              {"prefill_tok_s", plain.stats.prefill_tok_s()}};
+        if (drafter) {
+          spec_tokens += sp.stats.generated_tokens;
+          spec_s += sp.stats.decode_s;
+          const bool same = sp.tokens == plain.tokens;
+          if (sampling_.greedy()) all_lossless &= same;
+          merge(total_spec, sp.stats);
+          row["tau"] = sp.stats.tau();
+          row["spec_tok_s"] = sp.stats.decode_tok_s();
+          row["speedup"] = plain.stats.decode_tok_s() > 0
+                               ? sp.stats.decode_tok_s() / plain.stats.decode_tok_s() : 0.0;
+          row["acceptance_by_position"] = sp.stats.acceptance_by_position();
+          row["lossless"] = sampling_.greedy() ? nlohmann::json(same) : nlohmann::json(nullptr);
+        }
+        if (run == runs_ - 1) rows.push_back(row);
+        if (!json_ && isatty(fileno(stderr)))
+          std::fprintf(stderr, "\rrun %d/%d prompt %zu/%zu", run + 1, runs_, i + 1, prompts.size());
+      }
+      agg_plain.push_back(plain_s > 0 ? plain_tokens / plain_s : 0);
+      agg_prefill.push_back(pre_s > 0 ? pre_tokens / pre_s : 0);
+      if (drafter) agg_spec.push_back(spec_s > 0 ? spec_tokens / spec_s : 0);
+    }
+    if (!json_ && isatty(fileno(stderr))) std::fprintf(stderr, "\r%60s\r", "");
+
+    nlohmann::json agg = {{"prompts", prompts.size()},
+                          {"runs", runs_},
+                          {"n_predict", n_predict_},
+                          {"temperature", sampling_.temperature},
+                          {"threads", model_.threads},
+                          {"plain_tok_s", median(agg_plain)},
+                          {"prefill_tok_s", median(agg_prefill)},
+                          {"plain_tok_s_runs", agg_plain}};
+    if (drafter) {
+      agg["drafter"] = drafter_.drafter == "auto" ? shipped_drafter_dir(model_.model) : drafter_.drafter;
+      agg["gamma"] = spec.gamma > 0 ? spec.gamma : drafter->config().gamma;
+      agg["tau"] = total_spec.tau();
+      agg["spec_tok_s"] = median(agg_spec);
+      agg["spec_tok_s_runs"] = agg_spec;
+      agg["speedup"] = median(agg_plain) > 0 ? median(agg_spec) / median(agg_plain) : 0.0;
+      agg["acceptance_by_position"] = total_spec.acceptance_by_position();
+      agg["drafted"] = total_spec.drafted;
+      agg["accepted"] = total_spec.accepted;
+      agg["target_calls"] = total_spec.target_calls;
+      agg["draft_ms_per_round"] = total_spec.rounds ? total_spec.draft_s * 1e3 / total_spec.rounds : 0;
+      agg["verify_ms_per_round"] = total_spec.rounds ? total_spec.verify_s * 1e3 / total_spec.rounds : 0;
+      agg["lossless"] = sampling_.greedy() ? nlohmann::json(all_lossless) : nlohmann::json(nullptr);
+    }
+    if (json_) {
+      std::cout << nlohmann::json{{"aggregate", agg}, {"prompts", rows}}.dump(2) << std::endl;
+    } else {
+      print_table(agg, rows, drafter != nullptr);
+    }
+    return 0;
+  }
+
+ private:
+  static void merge(GenerateStats& into, const GenerateStats& s) {
+    into.generated_tokens += s.generated_tokens;
+    into.rounds += s.rounds;
+    into.drafted += s.drafted;
+    into.accepted += s.accepted;
+    into.target_calls += s.target_calls;
+    into.draft_s += s.draft_s;
+    into.verify_s += s.verify_s;
+    into.reached_by_position.resize(std::max(into.reached_by_position.size(), s.reached_by_position.size()));
+    into.accepted_by_position.resize(into.reached_by_position.size());
+    for (size_t k = 0; k < s.reached_by_position.size(); ++k) {
+      into.reached_by_position[k] += s.reached_by_position[k];
+      into.accepted_by_position[k] += s.accepted_by_position[k];
+    }
+  }
+
+  static void print_table(const nlohmann::json& agg, const nlohmann::json& rows, bool spec) {
+    if (spec) {
+      std::printf("%-10s %6s %10s %10s %8s %9s\n", "prompt", "tau", "plain t/s", "spec t/s", "speedup", "lossless");
+      for (const auto& r : rows) {
+        std::printf("%-10s %6.2f %10.1f %10.1f %7.2fx %9s\n", r["id"].get<std::string>().c_str(),
+                    r["tau"].get<double>(), r["plain_tok_s"].get<double>(), r["spec_tok_s"].get<double>(),
+                    r["speedup"].get<double>(), r["lossless"].is_null() ? "-" : r["lossless"].get<bool>() ? "yes" : "NO");
+      }
+      std::printf("\naggregate: tau %.2f | plain %.1f tok/s | speculative %.1f tok/s | speedup %.2fx | prefill %.1f tok/s | lossless %s\n",
+                  agg["tau"].get<double>(), agg["plain_tok_s"].get<double>(), agg["spec_tok_s"].get<double>(),
+                  agg["speedup"].get<double>(), agg["prefill_tok_s"].get<double>(),
+                  agg["lossless"].is_null() ? "n/a (sampling)" : agg["lossless"].get<bool>() ? "yes" : "NO");
+      std::printf("acceptance by position:");
+      for (double a : agg["acceptance_by_position"]) std::printf(" %.2f", a);
+      std::printf("\ndraft %.2f ms/round, verify %.2f ms/round\n", agg["draft_ms_per_round"].get<double>(),
+                  agg["verify_ms_per_round"].get<double>());
+    } else {
+      std::printf("%-10s %8s %12s %12s\n", "prompt", "tokens", "decode t/s", "prefill t/s");
+      for (const auto& r : rows)
+        std::printf("%-10s %8lld %12.1f %12.1f\n", r["id"].get<std::string>().c_str(),
+                    r["plain_tokens"].get<long long>(), r["plain_tok_s"].get<double>(), r["prefill_tok_s"].get<double>());
+      std::printf("\naggregate (plain decoding, no drafter): decode %.1f tok/s | prefill %.1f tok/s\n",
+                  agg["plain_tok_s"].get<double>(), agg["prefill_tok_s"].get<double>());
+    }
+  }
+
+  CLI::App* app_;
+  ModelOptions model_;
+  DrafterOptions drafter_;
+  SamplingParams sampling_;
+  std::string prompts_;
+  int64_t n_predict_ = 128;
+  int runs_ = 1;
+  int64_t limit_ = 0;
+  bool raw_ = false, json_ = false;
+};
+
+std::unique_ptr<Command> make_bench(CLI::App& app, CLI::App*& sub) {
+  auto c = std::make_unique<BenchCommand>(app);
+  sub = c->app();
+  return c;
+}
+
+}  // namespace dspark::cli

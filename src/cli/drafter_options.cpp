@@ -1,0 +1,76 @@
+#include "drafter_options.hpp"
+
+#include <filesystem>
+#include <sstream>
+
+#include "dspark/error.hpp"
+#include "dspark/spec/checkpoint.hpp"
+
+namespace dspark::cli {
+
+void DrafterOptions::add(CLI::App& app) {
+  app.add_option("--drafter", drafter,
+                 "drafter directory, 'none' for plain decoding, or 'auto' (the drafter shipped for "
+                 "the model, if any)")
+      ->capture_default_str();
+  app.add_option("--gamma", gamma, "draft block size γ (0 = the drafter's)")
+      ->check(CLI::Range(0, kMaxGamma));
+  app.add_option("--min-conf", min_conf, "uniform confidence threshold for pruning (overrides calibration)")
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--thresholds", thresholds,
+                 "per-position confidence thresholds a,b,... ('none' disables calibration thresholds)");
+  app.add_flag("--no-prune", no_prune, "verify every drafted token (no confidence pruning)");
+}
+
+std::string shipped_drafter_dir(const std::string& model_arg) {
+  namespace fs = std::filesystem;
+  if (model_arg.find('/') != std::string::npos || model_arg.find(".gguf") != std::string::npos)
+    return "";
+  for (const std::string& base : {std::string(DSPARK_DATA_DIR) + "/drafters/", std::string("drafters/")}) {
+    const fs::path p = fs::path(base) / model_arg;
+    if (fs::exists(p / "dspark.json")) return p.string();
+  }
+  return "";
+}
+
+std::unique_ptr<Drafter> DrafterOptions::load(const std::string& model_arg, const TargetModel& target) const {
+  std::string dir = drafter;
+  if (dir == "none") return nullptr;
+  if (dir == "auto") {
+    dir = shipped_drafter_dir(model_arg);
+    if (dir.empty()) return nullptr;
+  }
+  auto d = std::make_unique<Drafter>(load_drafter(dir));
+  check_drafter_matches(d->config(), target.info());
+  d->bind(target);
+  return d;
+}
+
+SpecOptions DrafterOptions::spec() const {
+  SpecOptions s;
+  s.gamma = gamma;
+  s.prune = !no_prune;
+  s.min_conf = min_conf;
+  if (thresholds == "none") {
+    s.thresholds = std::vector<double>{};
+  } else if (!thresholds.empty()) {
+    std::vector<double> v;
+    std::stringstream ss(thresholds);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+      try {
+        size_t used = 0;
+        const double x = std::stod(item, &used);
+        if (used != item.size() || x < 0 || x > 1) throw std::invalid_argument(item);
+        v.push_back(x);
+      } catch (const std::exception&) {
+        throw InvalidArgument("--thresholds: expected numbers in [0, 1] separated by commas, got '" +
+                              item + "'");
+      }
+    }
+    s.thresholds = v;
+  }
+  return s;
+}
+
+}  // namespace dspark::cli

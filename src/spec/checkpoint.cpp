@@ -1,0 +1,173 @@
+// Drafter checkpoint read/write; see include/dspark/spec/checkpoint.hpp.
+#include "dspark/spec/checkpoint.hpp"
+
+#include <filesystem>
+#include <fstream>
+
+#include "dspark/error.hpp"
+#include "dspark/io/atomic_file.hpp"
+#include "dspark/io/safetensors.hpp"
+
+namespace dspark {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int kVersion = 1;
+
+template <typename T>
+T get(const nlohmann::json& j, const char* key, const std::string& where) {
+  if (!j.contains(key)) throw FormatError(where + ": missing key '" + key + "'");
+  try {
+    return j.at(key).get<T>();
+  } catch (const nlohmann::json::exception& e) {
+    throw FormatError(where + ": key '" + key + "' has the wrong type (" + j.at(key).type_name() + ")");
+  }
+}
+
+}  // namespace
+
+nlohmann::json config_to_json(const DrafterConfig& c) {
+  nlohmann::json cfg = {
+      {"gamma", c.gamma},           {"d_draft", c.hidden},
+      {"n_layers", c.n_layers},     {"n_heads", c.n_heads},
+      {"n_kv_heads", c.n_kv_heads}, {"head_dim", c.head_dim},
+      {"ffn", c.ffn},               {"markov_rank", c.markov_rank},
+      {"tap_layers", c.tap_layers}, {"seq_head", to_string(c.seq_head)},
+      {"mask_token_id", c.mask_token_id}, {"rope_base", c.rope_base},
+  };
+  if (!c.sts_thresholds.empty()) cfg["sts"] = {{"thresholds", c.sts_thresholds}};
+  return cfg;
+}
+
+DrafterConfig config_from_json(const nlohmann::json& j, const std::string& where) {
+  const auto& cfg = j.contains("config") ? j.at("config") : throw FormatError(where + ": missing key 'config'");
+  const auto& dims = j.contains("dims") ? j.at("dims") : throw FormatError(where + ": missing key 'dims'");
+  const std::string cw = where + " config";
+  DrafterConfig c;
+  c.gamma = get<int>(cfg, "gamma", cw);
+  c.n_layers = get<int>(cfg, "n_layers", cw);
+  c.n_heads = get<int>(cfg, "n_heads", cw);
+  c.n_kv_heads = get<int>(cfg, "n_kv_heads", cw);
+  c.head_dim = get<int>(cfg, "head_dim", cw);
+  c.ffn = get<int>(cfg, "ffn", cw);
+  c.markov_rank = get<int>(cfg, "markov_rank", cw);
+  c.tap_layers = get<std::vector<int>>(cfg, "tap_layers", cw);
+  c.seq_head = cfg.contains("seq_head") ? parse_seq_head(get<std::string>(cfg, "seq_head", cw))
+                                        : SeqHead::None;
+  c.mask_token_id = cfg.value("mask_token_id", -1);
+  c.rope_base = cfg.value("rope_base", 10000.0);
+  if (cfg.contains("sts") && cfg.at("sts").contains("thresholds"))
+    c.sts_thresholds = get<std::vector<double>>(cfg.at("sts"), "thresholds", cw + " sts");
+  const std::string dw = where + " dims";
+  c.hidden = get<int64_t>(dims, "hidden_size", dw);
+  c.vocab = get<int64_t>(dims, "vocab_size", dw);
+  c.eps = dims.value("eps", 1e-5);
+  c.target_id = get<std::string>(j, "target_id", where);
+  if (cfg.contains("d_draft") && get<int64_t>(cfg, "d_draft", cw) != c.hidden)
+    throw FormatError(cw + ": d_draft differs from dims.hidden_size");
+  try {
+    c.validate();
+  } catch (const InvalidArgument& e) {
+    throw FormatError(where + ": " + e.what());
+  }
+  return c;
+}
+
+nlohmann::json read_drafter_json(const std::string& dir) {
+  const std::string path = (fs::path(dir) / "dspark.json").string();
+  if (!fs::exists(dir)) throw Error(dir + ": drafter directory does not exist");
+  std::ifstream in(path);
+  if (!in) throw Error(path + ": cannot open (expected a drafter directory with dspark.json)");
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw FormatError(path + ": invalid JSON: " + e.what());
+  }
+}
+
+void save_drafter(const Drafter& drafter, const std::string& dir, bool bf16,
+                  const nlohmann::json& extra) {
+  fs::create_directories(dir);
+  const auto& cfg = drafter.config();
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  nlohmann::json names = nlohmann::json::array();
+  for (const auto& [name, shape] : Drafter::param_spec(cfg)) {
+    at::Tensor t = drafter.params().at(name).detach();
+    tensors.emplace_back(name, bf16 ? t.to(at::kBFloat16) : t.to(at::kFloat));
+    names.push_back(name);
+  }
+  const std::string weights = (fs::path(dir) / "model.safetensors").string();
+  io::save_safetensors(weights, tensors, {{"format", "pt"}});
+  nlohmann::json j = {
+      {"kind", "dspark-drafter"},
+      {"variant", "dspark"},
+      {"version", kVersion},
+      {"target_id", cfg.target_id},
+      {"config", config_to_json(cfg)},
+      {"dims", {{"hidden_size", cfg.hidden}, {"vocab_size", cfg.vocab}, {"eps", cfg.eps}}},
+      {"param_names", names},
+      {"weights_bytes", static_cast<int64_t>(fs::file_size(weights))},
+      {"dtype", bf16 ? "bf16" : "f32"},
+  };
+  for (const auto& [k, v] : extra.items()) j[k] = v;
+  io::write_json_atomic((fs::path(dir) / "dspark.json").string(), j);
+}
+
+Drafter load_drafter(const std::string& dir) {
+  const nlohmann::json j = read_drafter_json(dir);
+  const std::string where = (fs::path(dir) / "dspark.json").string();
+  if (!j.is_object()) throw FormatError(where + ": expected a JSON object");
+  if (!j.contains("variant")) {
+    throw FormatError(where +
+                      ": no 'variant' key: this is the obsolete single-vector drafter format, which "
+                      "this version cannot load; retrain the drafter with `dspark train` (or "
+                      "re-create it with `dspark init-drafter`)");
+  }
+  const std::string variant = get<std::string>(j, "variant", where);
+  if (variant != "dspark" && variant != "dflash") {
+    throw FormatError(where + ": unknown variant '" + variant + "' (expected dspark or dflash)");
+  }
+  DrafterConfig cfg = config_from_json(j, where);
+  if (variant == "dflash" && !j.at("config").contains("seq_head")) cfg.seq_head = SeqHead::None;
+
+  const std::string weights = (fs::path(dir) / "model.safetensors").string();
+  if (j.contains("weights_bytes") && fs::exists(weights) &&
+      static_cast<int64_t>(fs::file_size(weights)) != j.at("weights_bytes").get<int64_t>()) {
+    throw FormatError(weights + ": size " + std::to_string(fs::file_size(weights)) +
+                      " bytes does not match dspark.json weights_bytes " +
+                      std::to_string(j.at("weights_bytes").get<int64_t>()) +
+                      " (incomplete or mismatched checkpoint)");
+  }
+  io::SafetensorsData data = io::load_safetensors_dir(dir);
+  std::map<std::string, at::Tensor> params;
+  if (variant == "dflash") {
+    // Legacy DFlash drafters have no sequential/confidence head: start those
+    // from their initial values (W2 = 0, so drafting is pure DFlash).
+    Drafter fresh = Drafter::init(cfg, 0);
+    params = fresh.params();
+  }
+  for (auto& [name, t] : data.tensors) params[name] = t.to(at::kFloat);
+  try {
+    return Drafter(cfg, std::move(params));
+  } catch (const FormatError& e) {
+    throw FormatError(weights + ": " + e.what());
+  }
+}
+
+void check_drafter_matches(const DrafterConfig& c, const TargetInfo& t) {
+  if (c.target_id != t.id || c.hidden != t.hidden || c.vocab != t.vocab) {
+    throw InvalidArgument("drafter/target mismatch: the drafter was built for '" + c.target_id +
+                          "' (hidden " + std::to_string(c.hidden) + ", vocab " +
+                          std::to_string(c.vocab) + "), the loaded target is '" + t.id +
+                          "' (hidden " + std::to_string(t.hidden) + ", vocab " +
+                          std::to_string(t.vocab) + ")");
+  }
+  for (int l : c.tap_layers)
+    if (l >= t.n_layers)
+      throw InvalidArgument("drafter taps target layer " + std::to_string(l) + " but the target has " +
+                            std::to_string(t.n_layers) + " layers");
+}
+
+}  // namespace dspark
