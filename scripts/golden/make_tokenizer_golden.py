@@ -22,7 +22,7 @@ does (sandboxed, trim_blocks, lstrip_blocks) and encode the rendered text with
 special tokens parsed.
 
 Usage:  python3 scripts/golden/make_tokenizer_golden.py [--model PATH] [--out PATH]
-Pins:   GGUF_PIP, HF_TOKENIZERS_PIP and JINJA2_PIP in scripts/versions.env.
+Pins:   GGUF_PIP, HF_TOKENIZERS_PIP and JINJA2_PIP in scripts/versions.env (checked).
 Output: one JSON object per line; the first line is a header describing the
 source model and the library versions, then one line per case:
   {"kind": "encode", "name": ..., "text": ..., "parse_special": bool,
@@ -37,15 +37,15 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.metadata
 import json
 import os
 import random
+import re
 import sys
 from pathlib import Path
 
 import gguf
-import jinja2
-import tokenizers
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
@@ -53,6 +53,29 @@ REPO = Path(__file__).resolve().parents[2]
 MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 CONTROL, USER_DEFINED = 3, 4
 SEED = 20241130
+
+
+# ------------------------------------------------------------------------- pins
+
+def check_pins(allow_mismatch: bool) -> dict[str, str]:
+    """Installed versions of the oracle packages; exits when they differ from
+    the pins in scripts/versions.env (unless allow_mismatch)."""
+    env = (REPO / "scripts" / "versions.env").read_text()
+    versions, problems = {}, []
+    for var, dist in (("HF_TOKENIZERS_PIP", "tokenizers"), ("GGUF_PIP", "gguf"), ("JINJA2_PIP", "jinja2")):
+        m = re.search(rf'^{var}="[^=]+==([^"]+)"', env, re.M)
+        have = importlib.metadata.version(dist)
+        versions[dist] = have
+        if m is None:
+            problems.append(f"{var} is not pinned in scripts/versions.env")
+        elif m.group(1) != have:
+            problems.append(f"{dist} {have} is installed but {var} pins {m.group(1)}")
+    if problems and not allow_mismatch:
+        sys.exit("version pins not met (python3 -m pip install the pins, or pass "
+                 "--allow-version-mismatch):\n  " + "\n  ".join(problems))
+    for p in problems:
+        print("warning: " + p, file=sys.stderr)
+    return versions
 
 
 # --------------------------------------------------------------------------- GGUF
@@ -374,7 +397,11 @@ def case_strings(specials: list[str]) -> list[tuple[str, str]]:
         n = rng.randint(1, 30)
         chars = []
         while len(chars) < n:
-            c = rng.randint(0x20, 0x10FFFF) if rng.random() < 0.3 else rng.randint(0x20, 0xFFFF)
+            r = rng.random()
+            # mostly the BMP, some of planes 1-2, rarely anywhere (planes 4-11
+            # start with lead bytes F1/F2, which have no symbol in the vocabulary)
+            c = (rng.randint(0x20, 0x10FFFF) if r < 0.03 else
+                 rng.randint(0x10000, 0x2FFFF) if r < 0.25 else rng.randint(0x20, 0xFFFF))
             if 0xD800 <= c < 0xE000:
                 continue
             chars.append(chr(c))
@@ -421,7 +448,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", type=Path, default=home / "models" / MODEL_FILE)
     ap.add_argument("--out", type=Path, default=REPO / "tests" / "golden" / "tokenizer_strings.jsonl")
+    ap.add_argument("--allow-version-mismatch", action="store_true",
+                    help="run even when installed oracle versions differ from scripts/versions.env")
     args = ap.parse_args()
+    versions = check_pins(args.allow_version_mismatch)
 
     info = read_gguf_tokenizer(args.model)
     hf_special = build_hf(info, with_specials=True)
@@ -455,15 +485,18 @@ def main() -> None:
     template = env.from_string(info["chat_template"])
     im_start = tokens.index("<|im_start|>")
     im_end = tokens.index("<|im_end|>")
+    # The system turn the template adds on its own to a conversation without one.
+    probe = template.render(messages=[{"role": "user", "content": "probe"}], add_generation_prompt=False)
+    m = re.match(r"<\|im_start\|>system\n(.*?)<\|im_end\|>\n", probe, re.S)
+    default_system = m.group(1) if m else None
 
     def chat_record(name: str, messages: list[dict], gen: bool) -> dict:
         rendered = template.render(messages=messages, add_generation_prompt=gen)
         # Segment-wise encoding: markers as special ids, every text run between
         # them encoded with special-token text kept literal.
         msgs = list(messages)
-        if msgs and msgs[0]["role"] != "system" and "named SmolLM" in info["chat_template"]:
-            msgs.insert(0, {"role": "system",
-                            "content": "You are a helpful AI assistant named SmolLM, trained by Hugging Face"})
+        if msgs and msgs[0]["role"] != "system" and default_system is not None:
+            msgs.insert(0, {"role": "system", "content": default_system})
         ids: list[int] = []
         for msg in msgs:
             ids += [im_start] + hf_plain.encode(msg["role"] + "\n" + msg["content"], add_special_tokens=False).ids
@@ -496,8 +529,7 @@ def main() -> None:
         "vocab_size": len(tokens),
         "n_merges": len(info["merges"]),
         "missing_byte_symbols": sorted(missing_bytes),
-        "generator": {"tokenizers": tokenizers.__version__, "gguf": getattr(gguf, "__version__", "?"),
-                      "jinja2": jinja2.__version__, "python": sys.version.split()[0]},
+        "generator": dict(versions, python=sys.version.split()[0]),
         "counts": {k: sum(r["kind"] == k for r in records) for k in ("encode", "chat")},
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)

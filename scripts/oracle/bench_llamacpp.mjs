@@ -24,6 +24,14 @@ if (args.newTokens < 2) throw new Error("--new-tokens must be at least 2");
 const prompts = readPrompts(args.prompts, args.limit);
 const formatted = prompts.map((p) => ({...p, text: formatPrompt(p.prompt)}));
 
+const median = (xs) => {
+    const s = [...xs].sort((a, b) => a - b);
+    const m = s.length >> 1;
+    return s.length === 0 ? null : s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
+};
+const round = (x, d = 2) => Math.round(x * 10 ** d) / 10 ** d;
+
+const loadavgStart = round(os.loadavg()[0]);
 const tLoad = performance.now();
 const {llama, model, context, sequence} = await (async () => {
     // Size the context from the longest prompt: its byte count bounds its token count.
@@ -32,13 +40,6 @@ const {llama, model, context, sequence} = await (async () => {
     return loadModel({model: args.model, threads: args.threads, contextSize});
 })();
 const loadSeconds = (performance.now() - tLoad) / 1000;
-
-const median = (xs) => {
-    const s = [...xs].sort((a, b) => a - b);
-    const m = s.length >> 1;
-    return s.length === 0 ? null : s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
-};
-const round = (x, d = 2) => Math.round(x * 10 ** d) / 10 ** d;
 
 // One run: prefill = evaluating the prompt up to the first sampled token;
 // decode = the remaining newTokens-1 single-token steps (evaluate + greedy
@@ -88,6 +89,10 @@ console.log(JSON.stringify({
     threads: args.threads,
     context_threads: context.idealThreads,
     host_cpus: os.cpus().length,
+    // 1-minute load average before and after: decode speed with 2 threads on a
+    // 2-core machine collapses when other processes compete for the cores.
+    loadavg_1min_start: loadavgStart,
+    loadavg_1min_end: round(os.loadavg()[0]),
     context_size: context.contextSize,
     template: TEMPLATE,
     new_tokens: args.newTokens,

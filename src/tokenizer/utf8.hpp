@@ -1,4 +1,4 @@
-// UTF-8 and GPT-2 byte-level helpers shared by the tokenizer sources.
+// UTF-8 and GPT-2 byte-level utilities shared by the tokenizer sources.
 #pragma once
 
 #include <array>

@@ -6,7 +6,9 @@
 // "<|im_start|>". A general Jinja engine is deliberately not implemented.
 #pragma once
 
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dspark/tokenizer/tokenizer.hpp"
@@ -24,25 +26,48 @@ class ChatTemplate {
  public:
   /// Detects the format from the GGUF's `tokenizer.chat_template`. Throws
   /// dspark::FormatError when the key is absent or the template is not one of
-  /// the supported formats (the message quotes the first characters of it).
+  /// the supported formats (the message quotes the first characters of it), or
+  /// when the vocabulary lacks the format's marker tokens. A template that
+  /// writes a literal system turn ('<|im_start|>system\n...<|im_end|>\n') under
+  /// a condition on the first message's role being 'system', as SmolLM2's does,
+  /// gives that text as default_system_prompt().
   static ChatTemplate from_gguf(const io::GGUFFile& file, const Tokenizer& tokenizer);
 
   /// Token ids of the formatted conversation. Role markers are special tokens;
-  /// message content is encoded with parse_special = false. When
-  /// `add_generation_prompt`, ends with the assistant header. Adds BOS when the
-  /// tokenizer's add_bos is set. Throws InvalidArgument on an unknown role.
+  /// message content is encoded with parse_special = false. When the template
+  /// has a default system prompt and the first message is not a system
+  /// message, the default system turn comes first (nothing is added to an
+  /// empty conversation). When `add_generation_prompt`, ends with the
+  /// assistant header. Adds BOS when the tokenizer's add_bos is set. Equals
+  /// encode(render(...), true) whenever no content contains special-token
+  /// text. Throws InvalidArgument on an unknown role (allowed: system, user,
+  /// assistant).
   std::vector<TokenId> apply(const std::vector<ChatMessage>& messages,
                              bool add_generation_prompt) const;
 
-  /// The id that ends an assistant turn (e.g. <|im_end|>).
+  /// The conversation as text, exactly as the model's template renders it
+  /// (no BOS). Throws InvalidArgument on an unknown role.
+  std::string render(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const;
+
+  /// The id that ends an assistant turn (e.g. <|im_end|>), looked up in the
+  /// vocabulary.
   TokenId end_of_turn() const { return end_of_turn_; }
+  /// The detected template family.
   ChatFormat format() const { return format_; }
+  /// The system prompt the template inserts when a conversation does not start
+  /// with a system message; empty optional when it inserts none.
+  const std::optional<std::string>& default_system_prompt() const { return default_system_; }
 
  private:
-  ChatTemplate(const Tokenizer& tok, ChatFormat f, TokenId eot) : tok_(&tok), format_(f), end_of_turn_(eot) {}
+  ChatTemplate(const Tokenizer& tok, ChatFormat f, TokenId start, TokenId eot,
+               std::optional<std::string> default_system)
+      : tok_(&tok), format_(f), start_of_turn_(start), end_of_turn_(eot),
+        default_system_(std::move(default_system)) {}
   const Tokenizer* tok_;
   ChatFormat format_;
+  TokenId start_of_turn_;
   TokenId end_of_turn_;
+  std::optional<std::string> default_system_;
 };
 
 }  // namespace dspark::tok

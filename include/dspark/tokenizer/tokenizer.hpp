@@ -37,11 +37,23 @@ struct SpecialIds {
 };
 
 /// Byte-level BPE tokenizer. Immutable after construction; thread-safe to use.
+///
+/// Encoding: optional special-token matching (see encode), then the
+/// pre-tokenizer named by `tokenizer.ggml.pre` splits the text into pieces, each
+/// piece's bytes become byte symbols (GPT-2 byte-to-unicode mapping) and the
+/// ranked merges (`tokenizer.ggml.merges`, lowest rank first, leftmost first on
+/// ties) join adjacent symbols until no listed pair remains. This reproduces
+/// the Hugging Face `tokenizers` BPE model without unk token or byte fallback:
+/// a byte whose symbol is not in the vocabulary (SmolLM2 lacks 21 of the 256,
+/// e.g. 0x04 and the lead byte 0xF1) is dropped, so such text does not
+/// round-trip.
 class Tokenizer {
  public:
   /// Builds from the GGUF metadata. Throws dspark::FormatError when the
   /// tokenizer model is not "gpt2" (byte-level BPE), the pre-tokenizer name is
-  /// unknown, or the token/merge arrays are inconsistent.
+  /// unknown, or the token/merge arrays are inconsistent (token_type length
+  /// differs from tokens, a merge whose parts or result are not in the
+  /// vocabulary, a special id outside the vocabulary).
   static Tokenizer from_gguf(const io::GGUFFile& file);
 
   ~Tokenizer();
@@ -50,27 +62,42 @@ class Tokenizer {
 
   /// Encodes UTF-8 `text` to ids. With `parse_special` true, control and
   /// user-defined tokens (e.g. "<|im_start|>") that appear literally in the
-  /// text are matched atomically; with false they are tokenized as plain text.
-  /// Never adds BOS (see add_bos in specials()).
+  /// text are matched atomically (leftmost, then longest match) and the text
+  /// between them is encoded on its own; with false they are tokenized as
+  /// plain text. Never adds BOS (see add_bos in specials()). Bytes that are
+  /// not valid UTF-8 are accepted and encoded byte by byte. Throws
+  /// dspark::Error only if the regex engine hits a resource limit.
   std::vector<TokenId> encode(std::string_view text, bool parse_special) const;
 
-  /// Concatenated bytes of `ids` (special tokens render as their text).
+  /// Concatenated bytes of `ids` (special tokens render as their text). The
+  /// result may end inside a UTF-8 sequence. Throws dspark::InvalidArgument
+  /// for an id outside [0, vocab_size()).
   std::string decode(const std::vector<TokenId>& ids) const;
 
-  /// Raw bytes of one token (after undoing the GPT-2 byte mapping).
-  /// Throws dspark::InvalidArgument for an id outside [0, vocab_size()).
+  /// Raw bytes of one token (after undoing the GPT-2 byte mapping; control and
+  /// user-defined tokens give their text). Throws dspark::InvalidArgument for
+  /// an id outside [0, vocab_size()).
   const std::string& token_bytes(TokenId id) const;
 
   /// The token's string as stored in the vocabulary (byte-mapped form).
+  /// Throws dspark::InvalidArgument for an id outside [0, vocab_size()).
   const std::string& token_text(TokenId id) const;
 
+  /// Number of vocabulary entries (tokenizer.ggml.tokens).
   int64_t vocab_size() const;
+  /// Special ids declared by the file (see SpecialIds).
   const SpecialIds& specials() const;
+  /// Type of a token; Normal when the file has no token_type array. Throws
+  /// dspark::InvalidArgument for an id outside [0, vocab_size()).
   TokenType token_type(TokenId id) const;
-  /// True for end-of-generation ids: eos and eot.
+  /// True for end-of-generation ids: eos and eot. False for any other value,
+  /// including ids outside the vocabulary.
   bool is_eog(TokenId id) const;
-  /// Looks up an exact vocabulary entry (e.g. "<|im_end|>").
+  /// Looks up an exact vocabulary entry (e.g. "<|im_end|>"); when an entry
+  /// occurs twice the later id wins. Returns std::nullopt when absent.
   std::optional<TokenId> find_token(std::string_view text) const;
+  /// The `tokenizer.ggml.pre` value in effect ("default" when the key is absent).
+  const std::string& pre_tokenizer_name() const;
 
  private:
   struct Impl;
@@ -80,12 +107,19 @@ class Tokenizer {
 
 /// Incremental detokenizer for streaming: push() returns only complete UTF-8
 /// sequences and holds back a trailing partial one until later bytes arrive.
+/// Concatenating every push() result and the final flush() gives decode() of
+/// all pushed ids with each ill-formed UTF-8 subsequence replaced by U+FFFD
+/// (one per maximal subpart), so every returned string is valid UTF-8.
 class StreamDecoder {
  public:
+  /// Keeps a pointer to `tokenizer`, which must outlive the decoder.
   explicit StreamDecoder(const Tokenizer& tokenizer) : tok_(&tokenizer) {}
   /// Appends one token; returns the text that is now complete (may be empty).
+  /// Bytes that can no longer form a valid sequence come out as U+FFFD.
+  /// Throws dspark::InvalidArgument for an id outside the vocabulary.
   std::string push(TokenId id);
-  /// Returns whatever is held back (invalid trailing bytes become U+FFFD).
+  /// Returns whatever is held back (an unfinished sequence becomes U+FFFD)
+  /// and resets the decoder.
   std::string flush();
 
  private:

@@ -1,0 +1,283 @@
+// Byte-level BPE tokenizer built from GGUF `tokenizer.ggml.*` metadata.
+#include "dspark/tokenizer/tokenizer.hpp"
+
+#include <algorithm>
+#include <array>
+#include <unordered_map>
+#include <utility>
+
+#include "bpe.hpp"
+#include "dspark/error.hpp"
+#include "pretokenizer.hpp"
+#include "utf8.hpp"
+
+namespace dspark::tok {
+
+using detail::BpeScratch;
+using detail::MergeTable;
+using detail::PreTokenizer;
+
+struct Tokenizer::Impl {
+  std::vector<std::string> text;   // vocabulary strings (byte-mapped form)
+  std::vector<std::string> bytes;  // decoded bytes of each token
+  std::vector<TokenType> types;
+  std::unordered_map<std::string_view, TokenId> index;  // views into `text`
+  SpecialIds specials;
+  std::array<TokenId, 256> byte_id{};  // id of each byte's symbol, -1 if absent
+  MergeTable merges;
+  std::string pre_name;
+  PreTokenizer pre;
+
+  struct Special {
+    std::string_view text;
+    TokenId id;
+  };
+  std::vector<Special> special_tokens;       // longest first
+  std::array<bool, 256> special_first{};     // bytes that can start one
+
+  explicit Impl(PreTokenizer p) : pre(std::move(p)) {}
+
+  void check_id(TokenId id) const {
+    if (id < 0 || static_cast<size_t>(id) >= text.size()) {
+      throw InvalidArgument("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                            std::to_string(text.size()) + ")");
+    }
+  }
+
+  struct Work {
+    std::vector<std::string_view> pieces;
+    BpeScratch bpe;
+  };
+
+  void encode_plain(std::string_view s, Work& w, std::vector<TokenId>& out) const {
+    if (s.empty()) return;
+    w.pieces.clear();
+    pre.split(s, w.pieces);
+    for (std::string_view piece : w.pieces) {
+      auto& ids = w.bpe.ids;
+      ids.clear();
+      for (unsigned char c : piece) {
+        if (byte_id[c] >= 0) ids.push_back(byte_id[c]);
+      }
+      detail::bpe_merge(merges, w.bpe, out);
+    }
+  }
+};
+
+namespace {
+
+// Bytes of a vocabulary entry. Byte-level entries map back through the GPT-2
+// table; an entry with any character outside that table is kept as its UTF-8
+// text, which is also how control and user-defined tokens render.
+std::string token_to_bytes(const std::string& s, TokenType type) {
+  if (type == TokenType::Control || type == TokenType::UserDefined) return s;
+  std::string out;
+  out.reserve(s.size());
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  size_t i = 0;
+  while (i < s.size()) {
+    size_t len = 0;
+    if (detail::classify_utf8(p + i, s.size() - i, len) != detail::Utf8Status::Complete) return s;
+    const int b = detail::cp_to_byte(detail::decode_utf8(p + i, len));
+    if (b < 0) return s;
+    out.push_back(static_cast<char>(b));
+    i += len;
+  }
+  return out;
+}
+
+TokenId special_id(const io::GGUFFile& f, const std::string& key, int64_t n_vocab) {
+  const int64_t v = f.get_int_or(key, -1);
+  if (v < -1 || v >= n_vocab) {
+    throw FormatError(f.path() + ": " + key + " = " + std::to_string(v) +
+                      " is outside the vocabulary of " + std::to_string(n_vocab) + " tokens");
+  }
+  return static_cast<TokenId>(v);
+}
+
+}  // namespace
+
+Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Tokenizer::~Tokenizer() = default;
+Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
+Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
+
+Tokenizer Tokenizer::from_gguf(const io::GGUFFile& file) {
+  const std::string& path = file.path();
+  const std::string model = file.get_string("tokenizer.ggml.model");
+  if (model != "gpt2") {
+    throw FormatError(path + ": tokenizer.ggml.model is '" + model +
+                      "'; only 'gpt2' (byte-level BPE) is supported");
+  }
+  const std::string pre_name =
+      file.has("tokenizer.ggml.pre") ? file.get_string("tokenizer.ggml.pre") : std::string("default");
+  PreTokenizer pre = [&] {
+    try {
+      return PreTokenizer::for_name(pre_name);
+    } catch (const FormatError& e) {
+      throw FormatError(path + ": " + e.what());
+    }
+  }();
+
+  auto impl = std::make_unique<Impl>(std::move(pre));
+  Impl& m = *impl;
+  m.pre_name = pre_name;
+  m.text = file.get_string_array("tokenizer.ggml.tokens");
+  const int64_t n = static_cast<int64_t>(m.text.size());
+  if (n == 0) throw FormatError(path + ": tokenizer.ggml.tokens is empty");
+  if (n > INT32_MAX) throw FormatError(path + ": tokenizer.ggml.tokens has too many entries");
+
+  m.types.assign(m.text.size(), TokenType::Normal);
+  if (file.has("tokenizer.ggml.token_type")) {
+    const std::vector<int64_t> t = file.get_int_array("tokenizer.ggml.token_type");
+    if (t.size() != m.text.size()) {
+      throw FormatError(path + ": tokenizer.ggml.token_type has " + std::to_string(t.size()) +
+                        " entries but tokenizer.ggml.tokens has " + std::to_string(n));
+    }
+    for (size_t i = 0; i < t.size(); ++i) {
+      if (t[i] < 0 || t[i] > 6) {
+        throw FormatError(path + ": tokenizer.ggml.token_type[" + std::to_string(i) + "] = " +
+                          std::to_string(t[i]) + " is not a known token type (0..6)");
+      }
+      m.types[i] = static_cast<TokenType>(t[i]);
+    }
+  }
+
+  m.index.reserve(m.text.size());
+  m.bytes.resize(m.text.size());
+  for (size_t i = 0; i < m.text.size(); ++i) {
+    m.index[m.text[i]] = static_cast<TokenId>(i);
+    m.bytes[i] = token_to_bytes(m.text[i], m.types[i]);
+  }
+
+  const auto& b2c = detail::byte_to_cp();
+  for (int b = 0; b < 256; ++b) {
+    std::string sym;
+    detail::append_utf8(sym, b2c[b]);
+    auto it = m.index.find(sym);
+    m.byte_id[b] = it == m.index.end() ? -1 : it->second;
+  }
+
+  const std::vector<std::string> merges = file.get_string_array("tokenizer.ggml.merges");
+  m.merges.reserve(merges.size());
+  std::string joined;
+  for (size_t r = 0; r < merges.size(); ++r) {
+    const std::string& mg = merges[r];
+    bool ok = false;
+    // Byte-level symbols never contain a space, so the first space normally
+    // separates the pair; other spaces are tried for vocabularies where a
+    // token does contain one.
+    for (size_t sp = mg.find(' '); sp != std::string::npos && !ok; sp = mg.find(' ', sp + 1)) {
+      const std::string_view left(mg.data(), sp), right(mg.data() + sp + 1, mg.size() - sp - 1);
+      auto l = m.index.find(left), rr = m.index.find(right);
+      if (l == m.index.end() || rr == m.index.end()) continue;
+      joined.assign(left);
+      joined.append(right);
+      auto j = m.index.find(joined);
+      if (j == m.index.end()) continue;
+      m.merges.insert(l->second, rr->second, static_cast<int32_t>(r), j->second);
+      ok = true;
+    }
+    if (!ok) {
+      throw FormatError(path + ": tokenizer.ggml.merges[" + std::to_string(r) + "] = '" + mg +
+                        "' is not two vocabulary tokens whose concatenation is a vocabulary token");
+    }
+  }
+
+  SpecialIds& sp = m.specials;
+  sp.bos = special_id(file, "tokenizer.ggml.bos_token_id", n);
+  sp.eos = special_id(file, "tokenizer.ggml.eos_token_id", n);
+  sp.eot = special_id(file, "tokenizer.ggml.eot_token_id", n);
+  if (sp.eot < 0) sp.eot = sp.eos;
+  sp.pad = special_id(file, "tokenizer.ggml.padding_token_id", n);
+  sp.unk = special_id(file, "tokenizer.ggml.unknown_token_id", n);
+  sp.add_bos = file.get_bool_or("tokenizer.ggml.add_bos_token", false);
+
+  for (size_t i = 0; i < m.text.size(); ++i) {
+    if ((m.types[i] == TokenType::Control || m.types[i] == TokenType::UserDefined) && !m.text[i].empty()) {
+      m.special_tokens.push_back({m.text[i], static_cast<TokenId>(i)});
+      m.special_first[static_cast<unsigned char>(m.text[i][0])] = true;
+    }
+  }
+  std::stable_sort(m.special_tokens.begin(), m.special_tokens.end(),
+                   [](const Impl::Special& a, const Impl::Special& b) { return a.text.size() > b.text.size(); });
+
+  return Tokenizer(std::move(impl));
+}
+
+std::vector<TokenId> Tokenizer::encode(std::string_view text, bool parse_special) const {
+  const Impl& m = *impl_;
+  std::vector<TokenId> out;
+  out.reserve(text.size() / 3 + 4);
+  Impl::Work w;
+  if (!parse_special || m.special_tokens.empty()) {
+    m.encode_plain(text, w, out);
+    return out;
+  }
+  size_t seg = 0;  // start of the text not yet encoded
+  size_t i = 0;
+  while (i < text.size()) {
+    if (!m.special_first[static_cast<unsigned char>(text[i])]) {
+      ++i;
+      continue;
+    }
+    const std::string_view rest = text.substr(i);
+    const Impl::Special* hit = nullptr;
+    for (const auto& s : m.special_tokens) {
+      if (rest.starts_with(s.text)) {
+        hit = &s;
+        break;
+      }
+    }
+    if (hit == nullptr) {
+      ++i;
+      continue;
+    }
+    m.encode_plain(text.substr(seg, i - seg), w, out);
+    out.push_back(hit->id);
+    i += hit->text.size();
+    seg = i;
+  }
+  m.encode_plain(text.substr(seg), w, out);
+  return out;
+}
+
+std::string Tokenizer::decode(const std::vector<TokenId>& ids) const {
+  std::string out;
+  for (TokenId id : ids) out += token_bytes(id);
+  return out;
+}
+
+const std::string& Tokenizer::token_bytes(TokenId id) const {
+  impl_->check_id(id);
+  return impl_->bytes[static_cast<size_t>(id)];
+}
+
+const std::string& Tokenizer::token_text(TokenId id) const {
+  impl_->check_id(id);
+  return impl_->text[static_cast<size_t>(id)];
+}
+
+int64_t Tokenizer::vocab_size() const { return static_cast<int64_t>(impl_->text.size()); }
+
+const SpecialIds& Tokenizer::specials() const { return impl_->specials; }
+
+TokenType Tokenizer::token_type(TokenId id) const {
+  impl_->check_id(id);
+  return impl_->types[static_cast<size_t>(id)];
+}
+
+bool Tokenizer::is_eog(TokenId id) const {
+  const SpecialIds& s = impl_->specials;
+  return id >= 0 && (id == s.eos || id == s.eot);
+}
+
+std::optional<TokenId> Tokenizer::find_token(std::string_view text) const {
+  auto it = impl_->index.find(text);
+  if (it == impl_->index.end()) return std::nullopt;
+  return it->second;
+}
+
+const std::string& Tokenizer::pre_tokenizer_name() const { return impl_->pre_name; }
+
+}  // namespace dspark::tok
