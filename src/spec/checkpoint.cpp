@@ -171,3 +171,7 @@ void check_drafter_matches(const DrafterConfig& c, const TargetInfo& t) {
 }
 
 }  // namespace dspark
+
+namespace dspark {
+void Drafter::check_target(const TargetInfo& target) const { check_drafter_matches(cfg_, target); }
+}  // namespace dspark

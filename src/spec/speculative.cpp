@@ -5,7 +5,6 @@
 #include <chrono>
 
 #include "dspark/error.hpp"
-#include "dspark/spec/checkpoint.hpp"
 
 namespace dspark {
 
@@ -13,22 +12,21 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-std::vector<double> resolve_thresholds(const Drafter& d, const SpecOptions& s, int gamma) {
+std::vector<double> resolve_thresholds(const DraftModel& d, const SpecOptions& s, int gamma) {
   if (!s.prune) return {};
   if (s.min_conf >= 0) return std::vector<double>(static_cast<size_t>(gamma), s.min_conf);
   if (s.thresholds) return *s.thresholds;
-  return d.config().sts_thresholds;
+  return d.calibrated_thresholds();
 }
 }  // namespace
 
-GenerateResult generate_speculative(TargetModel& target, const Drafter& drafter,
+GenerateResult generate_speculative(TargetModel& target, const DraftModel& drafter,
                                     const std::vector<TokenId>& prompt, const GenerateOptions& opts,
                                     const SpecOptions& spec) {
   opts.sampling.validate();
-  const auto& cfg = drafter.config();
   const auto& ti = target.info();
-  check_drafter_matches(cfg, ti);
-  const int gamma = spec.gamma > 0 ? spec.gamma : cfg.gamma;
+  drafter.check_target(ti);
+  const int gamma = spec.gamma > 0 ? spec.gamma : drafter.gamma();
   if (gamma > kMaxGamma)
     throw InvalidArgument("gamma must be in [1, " + std::to_string(kMaxGamma) + "], got " +
                           std::to_string(gamma));
@@ -41,7 +39,7 @@ GenerateResult generate_speculative(TargetModel& target, const Drafter& drafter,
   auto is_stop = [&](TokenId t) {
     return std::find(opts.stop_ids.begin(), opts.stop_ids.end(), t) != opts.stop_ids.end();
   };
-  TapRequest taps{cfg.tap_layers, false};
+  TapRequest taps{drafter.tap_layers(), false};
 
   GenerateResult res;
   auto& st = res.stats;

@@ -17,10 +17,14 @@ int prune_length(const std::vector<float>& conf_logits, const std::vector<double
   return n;
 }
 
-bool accept_token(const Distribution& p, const Distribution& q, TokenId x, double u) {
+double accept_probability(const Distribution& p, const Distribution& q, TokenId x) {
   const double px = p.prob(x);
   const double qx = std::max(static_cast<double>(q.prob(x)), 1e-8);
-  return u < std::min(1.0, px / qx);
+  return std::min(1.0, px / qx);
+}
+
+bool accept_token(const Distribution& p, const Distribution& q, TokenId x, double u) {
+  return u < accept_probability(p, q, x);
 }
 
 Distribution residual(const Distribution& p, const Distribution& q) {

@@ -81,7 +81,27 @@ struct Draft {
   std::vector<Distribution> q;          // [γ] draw distributions (sampling only)
 };
 
-class Drafter {
+/// What the speculative loop needs from a drafter. Implemented by Drafter;
+/// tests implement oracle drafters (perfect, always wrong, noisy) with it.
+class DraftModel {
+ public:
+  virtual ~DraftModel() = default;
+  /// Default block size γ.
+  virtual int gamma() const = 0;
+  /// Target layers whose outputs the drafter consumes (TapRequest::layers).
+  virtual const std::vector<int>& tap_layers() const = 0;
+  /// Throws InvalidArgument when the drafter was built for another target.
+  virtual void check_target(const TargetInfo& target) const = 0;
+  /// Calibrated per-position confidence thresholds (empty = none).
+  virtual std::vector<double> calibrated_thresholds() const = 0;
+  /// Appends target features [n, m*d] of the next n context positions.
+  virtual void append_context(DraftState& st, const at::Tensor& feats) const = 0;
+  /// Proposes `gamma` tokens after `anchor` (at position st.n_ctx).
+  virtual Draft draft(const DraftState& st, TokenId anchor, int gamma,
+                      const SamplingParams& sampling, Rng& rng) const = 0;
+};
+
+class Drafter : public DraftModel {
  public:
   /// A drafter with freshly initialized parameters (seeded; deterministic).
   /// Shared parameters are created first, then head-specific ones, so the
@@ -103,16 +123,21 @@ class Drafter {
   /// prepares bf16 inference copies. Throws InvalidArgument on a dim mismatch.
   void bind(const TargetModel& target);
 
+  int gamma() const override { return cfg_.gamma; }
+  const std::vector<int>& tap_layers() const override { return cfg_.tap_layers; }
+  void check_target(const TargetInfo& target) const override;
+  std::vector<double> calibrated_thresholds() const override { return cfg_.sts_thresholds; }
+
   /// Appends target features of new context positions: feats [n, m*d] fp32
   /// (the TapRequest output of layers cfg.tap_layers).
-  void append_context(DraftState& st, const at::Tensor& feats) const;
+  void append_context(DraftState& st, const at::Tensor& feats) const override;
 
   /// Drafts `gamma` tokens (0 = the configured γ) after `anchor` at position
   /// st.n_ctx. Greedy when `sampling` is greedy, otherwise samples each x_k
   /// from the processed distribution q_k (kept in the result). Requires
   /// bind(). Overwrites the scratch rows of `st` past n_ctx.
   Draft draft(const DraftState& st, TokenId anchor, int gamma, const SamplingParams& sampling,
-              Rng& rng) const;
+              Rng& rng) const override;
 
   /// Backbone hidden states of a block of `gamma` slots: [γ, d] fp32, post
   /// final norm. Used by draft() and by tests.

@@ -42,7 +42,7 @@ struct SpecOptions {
 
 /// Speculative generation. Same contract and errors as generate_plain, plus
 /// InvalidArgument when the drafter was built for another target.
-GenerateResult generate_speculative(TargetModel& target, const Drafter& drafter,
+GenerateResult generate_speculative(TargetModel& target, const DraftModel& drafter,
                                     const std::vector<TokenId>& prompt, const GenerateOptions& opts,
                                     const SpecOptions& spec);
 
@@ -52,8 +52,12 @@ GenerateResult generate_speculative(TargetModel& target, const Drafter& drafter,
 /// keep the position. Empty thresholds keep everything.
 int prune_length(const std::vector<float>& conf_logits, const std::vector<double>& thresholds);
 
-/// Speculative-sampling verification of one draft token: accept `x` drawn
-/// from q when u < min(1, p(x) / max(q(x), 1e-8)).
+/// Probability of accepting draft token `x` drawn from q:
+/// min(1, p(x) / max(q(x), 1e-8)).
+double accept_probability(const Distribution& p, const Distribution& q, TokenId x);
+
+/// Speculative-sampling verification of one draft token: accept when
+/// u < accept_probability(p, q, x), u uniform in [0, 1).
 bool accept_token(const Distribution& p, const Distribution& q, TokenId x, double u);
 
 /// The residual distribution norm(max(0, p - q)); falls back to p when the
