@@ -1,0 +1,193 @@
+// End-to-end tests of the `dspark` command: real prompts on the real model,
+// and every kind of bad input gets one clear line and exit status 2.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "test_util.hpp"
+
+namespace dspark::test {
+namespace {
+
+struct RunResult {
+  int status = -1;
+  std::string out, err;
+};
+
+// Runs the dspark binary with `args` (a shell-quoted string); captures stdout
+// and stderr separately.
+RunResult run_dspark(const std::string& args, const TempDir& tmp) {
+  const std::string out = (tmp.path() / "stdout").string(), err = (tmp.path() / "stderr").string();
+  const std::string cmd = std::string(DSPARK_BINARY) + " " + args + " >" + out + " 2>" + err;
+  RunResult r;
+  const int rc = std::system(cmd.c_str());
+  r.status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  r.out = read_bytes(out);
+  r.err = read_bytes(err);
+  return r;
+}
+
+// The error output is exactly one line starting with "error: ".
+void expect_one_line_error(const RunResult& r, const std::string& needle) {
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_EQ(r.err.rfind("error: ", 0), 0u) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_NE(r.err.find(needle), std::string::npos) << "expected '" << needle << "' in: " << r.err;
+}
+
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override { DSPARK_REQUIRE_MODEL(); }
+  TempDir tmp;
+};
+
+TEST_F(Cli, GenerateGreedyChatJson) {
+  auto r = run_dspark("generate -m smollm2 --chat --temp 0 -n 16 --drafter none --json -p "
+                      "'What is the capital of France?'",
+                      tmp);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j.at("text").get<std::string>().rfind("The capital of France is Paris", 0), 0u)
+      << j.at("text");
+  EXPECT_FALSE(j.at("tokens").empty());
+  const auto& s = j.at("stats");
+  for (const char* k : {"prompt_tokens", "generated_tokens", "prefill_tok_s", "decode_tok_s"})
+    EXPECT_TRUE(s.contains(k)) << k;
+  EXPECT_EQ(s.at("generated_tokens").get<size_t>(), j.at("tokens").size());
+  EXPECT_GT(s.at("decode_tok_s").get<double>(), 0.0);
+}
+
+TEST_F(Cli, StreamedTextEqualsJsonText) {
+  const std::string common = "generate -m smollm2 --chat --temp 0 -n 24 --drafter none -p 'Name three colors.'";
+  auto streamed = run_dspark(common, tmp);
+  ASSERT_EQ(streamed.status, 0) << streamed.err;
+  auto js = run_dspark(common + " --json", tmp);
+  ASSERT_EQ(js.status, 0) << js.err;
+  EXPECT_EQ(streamed.out, nlohmann::json::parse(js.out).at("text").get<std::string>() + "\n");
+  EXPECT_NE(streamed.err.find("decode:"), std::string::npos) << streamed.err;
+}
+
+TEST_F(Cli, SamplingIsReproducibleForASeed) {
+  const std::string a = "generate -m smollm2 --chat --temp 0.9 --top-k 40 --top-p 0.95 -n 16 "
+                        "--drafter none --json -p 'Tell me a story.' --seed ";
+  auto r1 = run_dspark(a + "7", tmp), r2 = run_dspark(a + "7", tmp);
+  ASSERT_EQ(r1.status, 0) << r1.err;
+  EXPECT_EQ(nlohmann::json::parse(r1.out).at("tokens"), nlohmann::json::parse(r2.out).at("tokens"));
+}
+
+TEST_F(Cli, SpeculativeWithRandomDrafterIsLossless) {
+  const std::string dir = (tmp.path() / "drafter").string();
+  auto init = run_dspark("init-drafter -m smollm2 --out " + dir + " --head markov --gamma 4", tmp);
+  ASSERT_EQ(init.status, 0) << init.err;
+  const std::string base = "generate -m smollm2 --chat --temp 0 -n 24 --json -p 'List two fruits.' --drafter ";
+  auto plain = run_dspark(base + "none", tmp);
+  auto spec = run_dspark(base + dir, tmp);
+  ASSERT_EQ(spec.status, 0) << spec.err;
+  const auto p = nlohmann::json::parse(plain.out), s = nlohmann::json::parse(spec.out);
+  EXPECT_EQ(p.at("tokens"), s.at("tokens"));
+  for (const char* k : {"tau", "target_calls", "drafted", "accepted", "acceptance_by_position",
+                        "draft_ms", "verify_ms"})
+    EXPECT_TRUE(s.at("stats").contains(k)) << k;
+}
+
+TEST_F(Cli, BenchReportsLosslessAggregate) {
+  const std::string dir = (tmp.path() / "drafter").string();
+  ASSERT_EQ(run_dspark("init-drafter -m smollm2 --out " + dir + " --gamma 3", tmp).status, 0);
+  auto r = run_dspark("bench -m smollm2 --drafter " + dir + " --prompts " DSPARK_SOURCE_DIR
+                      "/data/dev-prompts.jsonl --limit 2 -n 12 --temp 0 --json",
+                      tmp);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  const auto& a = j.at("aggregate");
+  for (const char* k : {"tau", "plain_tok_s", "spec_tok_s", "speedup", "acceptance_by_position"})
+    EXPECT_TRUE(a.contains(k)) << k;
+  EXPECT_TRUE(a.at("lossless").get<bool>());
+  ASSERT_EQ(j.at("prompts").size(), 2u);
+  EXPECT_TRUE(j.at("prompts")[0].at("lossless").get<bool>());
+}
+
+// ---- bad input ---------------------------------------------------------------
+
+TEST_F(Cli, MissingModelFile) {
+  expect_one_line_error(run_dspark("generate -m /nonexistent/model.gguf -p hi", tmp), "cannot open");
+}
+
+TEST_F(Cli, NotAGgufFile) {
+  const auto path = tmp.path() / "notes.gguf";
+  write_bytes(path.string(), "this is plain text, not a model\n");
+  expect_one_line_error(run_dspark("generate -m " + path.string() + " -p hi", tmp), "not a GGUF file");
+}
+
+TEST_F(Cli, TruncatedGguf) {
+  const auto path = tmp.path() / "cut.gguf";
+  std::ifstream in(model_path(), std::ios::binary);
+  std::string head(4 << 20, '\0');
+  in.read(head.data(), static_cast<std::streamsize>(head.size()));
+  write_bytes(path.string(), head);
+  expect_one_line_error(run_dspark("generate -m " + path.string() + " -p hi", tmp), "truncated");
+}
+
+TEST_F(Cli, UnsupportedArchitecture) {
+  auto w = tiny_llama_writer(1);
+  w.set("general.architecture", io::gguf::string("mamba"));
+  const auto path = tmp.path() / "mamba.gguf";
+  w.write(path.string());
+  expect_one_line_error(run_dspark("generate -m " + path.string() + " -p hi", tmp),
+                        "unsupported architecture 'mamba'");
+}
+
+TEST_F(Cli, UnsupportedQuantType) {
+  TinyLlamaOptions o;
+  o.hidden = 256;
+  o.n_heads = 4;
+  o.n_kv_heads = 2;
+  o.ffn = 256;
+  o.tensor_types["blk.0.ffn_up.weight"] = io::GGMLType::Q5_K;
+  const auto path = tmp.path() / "q5k.gguf";
+  write_tiny_llama(path.string(), 2, o);
+  expect_one_line_error(run_dspark("generate -m " + path.string() + " -p hi", tmp), "Q5_K");
+}
+
+TEST_F(Cli, PromptLongerThanContext) {
+  std::string long_prompt;
+  for (int i = 0; i < 60; ++i) long_prompt += "word ";
+  expect_one_line_error(run_dspark("generate -m smollm2 -c 32 -p '" + long_prompt + "'", tmp),
+                        "prompt too long");
+}
+
+TEST_F(Cli, InvalidSamplingParameters) {
+  expect_one_line_error(run_dspark("generate -m smollm2 -p hi --top-p 2", tmp), "top_p must be in (0, 1]");
+  expect_one_line_error(run_dspark("generate -m smollm2 -p hi --temp -1", tmp), "temperature");
+  expect_one_line_error(run_dspark("generate -m smollm2 -p hi --min-p 1.5", tmp), "min_p");
+}
+
+TEST_F(Cli, BadOptionValue) {
+  auto r = run_dspark("generate -m smollm2 -p hi -n notanumber", tmp);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.err.rfind("error: ", 0), 0u) << r.err;
+}
+
+TEST_F(Cli, DrafterForAnotherTargetIsRefused) {
+  const auto tiny = tmp.path() / "tiny.gguf";
+  write_tiny_llama(tiny.string(), 3);
+  const std::string dir = (tmp.path() / "tiny-drafter").string();
+  ASSERT_EQ(run_dspark("init-drafter -m " + tiny.string() + " --out " + dir, tmp).status, 0);
+  auto r = run_dspark("generate -m smollm2 -p hi --drafter " + dir, tmp);
+  expect_one_line_error(r, "drafter/target mismatch");
+  EXPECT_NE(r.err.find("smollm2"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("tiny-llama"), std::string::npos) << r.err;
+}
+
+TEST_F(Cli, MissingDrafterDirectory) {
+  expect_one_line_error(run_dspark("generate -m smollm2 -p hi --drafter /nonexistent/drafter", tmp),
+                        "does not exist");
+}
+
+}  // namespace
+}  // namespace dspark::test
