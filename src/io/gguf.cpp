@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <sstream>
@@ -36,6 +37,7 @@ class Cursor {
       : path_(path), base_(base), size_(size) {}
 
   uint64_t pos() const { return pos_; }
+  uint64_t remaining() const { return size_ - pos_; }
 
   [[noreturn]] void fail(const std::string& what) const {
     std::ostringstream os;
@@ -105,6 +107,11 @@ GGUFValue read_value(Cursor& c, uint32_t type, const std::string& key, int depth
       const uint64_t n = c.read<uint64_t>("array length");
       if (n > kMaxCount) c.fail("key '" + key + "': implausible array length " + std::to_string(n));
       v.elem_type = static_cast<GGUFValueType>(et);
+      // Every element takes at least one byte: a length beyond the bytes left
+      // is a truncated or corrupt file, rejected before allocating for it.
+      if (n > c.remaining())
+        c.fail("key '" + key + "': truncated file: array of " + std::to_string(n) +
+               " elements but only " + std::to_string(c.remaining()) + " bytes remain");
       GGUFValue::Array arr;
       arr.reserve(n);
       for (uint64_t i = 0; i < n; ++i) arr.push_back(read_value(c, et, key, depth + 1));
@@ -303,7 +310,7 @@ void GGUFFile::parse() {
     alignment_ = a;
   }
 
-  tensors_.reserve(n_tensors);
+  tensors_.reserve(std::min<uint64_t>(n_tensors, c.remaining() / 24));
   for (uint64_t i = 0; i < n_tensors; ++i) {
     GGUFTensorInfo t;
     t.name = c.read_string("tensor name");

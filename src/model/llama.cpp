@@ -187,13 +187,14 @@ std::vector<ForwardOut> LlamaModel::forward(std::span<ForwardSeq> batch, const T
   for (auto& q : batch) q.cache->reserve_more(static_cast<int64_t>(q.tokens.size()));
   const int64_t N = row0[n_seq];
 
-  std::vector<int64_t> tap_slot(static_cast<size_t>(info_.n_layers), -1);
+  // Slots of the taps output filled by each layer (a layer may be listed twice).
+  std::vector<std::vector<int64_t>> tap_slots(static_cast<size_t>(info_.n_layers));
   for (size_t i = 0; i < taps.layers.size(); ++i) {
     const int l = taps.layers[i];
     if (l < 0 || l >= info_.n_layers)
       throw InvalidArgument("forward: tap layer " + std::to_string(l) + " outside [0, " +
                             std::to_string(info_.n_layers) + ")");
-    tap_slot[static_cast<size_t>(l)] = static_cast<int64_t>(i);
+    tap_slots[static_cast<size_t>(l)].push_back(static_cast<int64_t>(i));
   }
   const int64_t m = static_cast<int64_t>(taps.layers.size());
 
@@ -258,7 +259,7 @@ std::vector<ForwardOut> LlamaModel::forward(std::span<ForwardSeq> batch, const T
     kernels::linear_bf16(xb.data(), N, bf16_ptr(L.wdown), d, F, tmp.data(), d);
     kernels::add_rows(x.data(), tmp.data(), N, d, d);
 
-    if (const int64_t slot = tap_slot[static_cast<size_t>(l)]; slot >= 0) {
+    for (const int64_t slot : tap_slots[static_cast<size_t>(l)]) {
       for (int64_t s = 0; s < n_seq; ++s)
         for (int64_t t = 0; t < row0[s + 1] - row0[s]; ++t)
           std::memcpy(tap_ptr[s] + t * m * d + slot * d, x.data() + (row0[s] + t) * d,
@@ -277,7 +278,9 @@ std::vector<ForwardOut> LlamaModel::forward(std::span<ForwardSeq> batch, const T
       out[s].final_hidden = at::empty({T, d}, at::kFloat);
       kernels::rmsnorm_f32(xs, wn, T, d, eps, out[s].final_hidden.data_ptr<float>());
     }
-    const int64_t n = batch[s].logits == Logits::All ? T : batch[s].logits == Logits::Last ? 1 : 0;
+    const int64_t n = batch[s].logits == Logits::All ? T
+                      : batch[s].logits == Logits::Last ? std::min<int64_t>(1, T)
+                                                        : 0;
     kernels::rmsnorm_to_bf16(xs + (T - n) * d, wn, n, d, eps, xb.data() + lrow0[s] * d);
     lrow0[s + 1] = lrow0[s] + n;
   }
