@@ -2,7 +2,7 @@
 // Usage: node bench_llamacpp.mjs [N] [--new-tokens N] [--threads 2] [--limit 0] [--model F] [--prompts F]
 // Prints JSON to stdout: per-prompt figures and medians.
 import {
-    TEMPLATE, defaultModel, defaultPrompts, formatPrompt, llamaCppBuild, loadModel, nodeLlamaCppVersion,
+    chatFormatter, defaultModel, defaultPrompts, llamaCppBuild, loadModel, nodeLlamaCppVersion,
     parseArgs, readPrompts, sha256File, tokenizePrompt
 } from "./common.mjs";
 import path from "node:path";
@@ -22,7 +22,6 @@ const args = parseArgs({
 if (args.newTokens < 2) throw new Error("--new-tokens must be at least 2");
 
 const prompts = readPrompts(args.prompts, args.limit);
-const formatted = prompts.map((p) => ({...p, text: formatPrompt(p.prompt)}));
 
 const median = (xs) => {
     const s = [...xs].sort((a, b) => a - b);
@@ -34,12 +33,16 @@ const round = (x, d = 2) => Math.round(x * 10 ** d) / 10 ** d;
 const loadavgStart = round(os.loadavg()[0]);
 const tLoad = performance.now();
 const {llama, model, context, sequence} = await (async () => {
-    // Size the context from the longest prompt: its byte count bounds its token count.
-    const longest = Math.max(...formatted.map((p) => Buffer.byteLength(p.text)));
-    const contextSize = Math.max(512, Math.ceil((longest + args.newTokens + 64) / 256) * 256);
+    // Size the context from the longest prompt: its byte count bounds its token
+    // count; 256 more tokens leave room for the chat template's own text.
+    const longest = Math.max(...prompts.map((p) => Buffer.byteLength(p.prompt)));
+    const contextSize = Math.max(512, Math.ceil((longest + args.newTokens + 256) / 256) * 256);
     return loadModel({model: args.model, threads: args.threads, contextSize});
 })();
 const loadSeconds = (performance.now() - tLoad) / 1000;
+// Prompts rendered by the GGUF's chat template, as the engine's --chat does.
+const chat = chatFormatter(model);
+const formatted = prompts.map((p) => ({...p, text: chat.format(p.prompt)}));
 
 // One run: prefill = evaluating the prompt up to the first sampled token;
 // decode = the remaining newTokens-1 single-token steps (evaluate + greedy
@@ -94,7 +97,7 @@ console.log(JSON.stringify({
     loadavg_1min_start: loadavgStart,
     loadavg_1min_end: round(os.loadavg()[0]),
     context_size: context.contextSize,
-    template: TEMPLATE,
+    template: chat.pattern,
     new_tokens: args.newTokens,
     warmup_runs: args.warmup,
     load_s: round(loadSeconds, 3),

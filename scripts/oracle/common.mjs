@@ -8,6 +8,7 @@ import path from "node:path";
 import crypto from "node:crypto";
 import {fileURLToPath} from "node:url";
 import {getLlama, LlamaLogLevel} from "node-llama-cpp";
+import {Template} from "@huggingface/jinja";
 
 export const oracleDir = path.dirname(fileURLToPath(import.meta.url));
 export const repoRoot = path.resolve(oracleDir, "..", "..");
@@ -16,12 +17,40 @@ export const dsparkHome = process.env.DSPARK_HOME || path.join(os.homedir(), ".c
 export const defaultModel = path.join(dsparkHome, "models", "SmolLM2-135M-Instruct.Q4_1.gguf");
 export const defaultPrompts = path.join(repoRoot, "data", "dev-prompts.jsonl");
 
-// One user message in ChatML plus the generation prompt. The GGUF's
-// tokenizer.chat_template inserts a default system message when the first
-// message is not a system message; that system message is deliberately left out.
-export const TEMPLATE = "<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n";
-export function formatPrompt(prompt) {
-    return "<|im_start|>user\n" + prompt + "<|im_end|>\n<|im_start|>assistant\n";
+// The text placeholder used to record the rendered template in output files.
+export const PROMPT_PLACEHOLDER = "{prompt}";
+
+// The GGUF's own `tokenizer.chat_template` (Jinja), rendered with the Jinja
+// engine node-llama-cpp itself uses (@huggingface/jinja) for one user message
+// plus the generation prompt, exactly as the template renders it. For
+// SmolLM2 that includes the default system turn the template inserts when the
+// conversation does not start with a system message. Returns the template
+// source, `format(prompt)` and the rendered pattern with PROMPT_PLACEHOLDER
+// in place of the user text.
+export function chatFormatter(model) {
+    const source = model.fileInfo.metadata?.tokenizer?.chat_template;
+    if (typeof source !== "string" || source === "")
+        throw new Error("the GGUF declares no tokenizer.chat_template");
+    const template = new Template(source);
+    const format = (prompt) => template.render({
+        messages: [{role: "user", content: prompt}],
+        add_generation_prompt: true,
+        bos_token: model.tokens.bosString ?? "",
+        eos_token: model.tokens.eosString ?? ""
+    });
+    const pattern = format(PROMPT_PLACEHOLDER);
+    const at = pattern.indexOf(PROMPT_PLACEHOLDER);
+    if (at < 0 || pattern.indexOf(PROMPT_PLACEHOLDER, at + 1) >= 0)
+        throw new Error("the chat template does not insert the user message verbatim exactly once");
+    // Every prompt must render as the pattern with the user text substituted
+    // (no trimming or escaping by the template); checked per prompt.
+    const checkedFormat = (prompt) => {
+        const text = format(prompt);
+        if (text !== pattern.slice(0, at) + prompt + pattern.slice(at + PROMPT_PLACEHOLDER.length))
+            throw new Error("the chat template altered the user message");
+        return text;
+    };
+    return {source, pattern, format: checkedFormat};
 }
 
 // --name value / --name=value options; `defaults` gives names and default values.

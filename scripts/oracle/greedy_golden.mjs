@@ -3,7 +3,7 @@
 import fs from "node:fs";
 import path from "node:path";
 import {
-    TEMPLATE, defaultModel, defaultPrompts, formatPrompt, llamaCppBuild, loadModel, nodeLlamaCppVersion,
+    chatFormatter, defaultModel, defaultPrompts, llamaCppBuild, loadModel, nodeLlamaCppVersion, PROMPT_PLACEHOLDER,
     parseArgs, readPrompts, repoRoot, sha256File, toJson, tokenizePrompt
 } from "./common.mjs";
 
@@ -20,13 +20,16 @@ const args = parseArgs({
 const t0 = performance.now();
 const prompts = readPrompts(args.prompts, args.limit);
 const {llama, model, context, sequence} = await loadModel({model: args.model, threads: args.threads, contextSize: 1024});
+// Prompts rendered by the GGUF's own chat template (one user message plus the
+// generation prompt), as the engine's --chat renders them.
+const chat = chatFormatter(model);
 
 // Token probabilities are exposed by LlamaContextSequence.evaluateWithMetadata
 // (node-llama-cpp >= 3.7); older versions only return the sampled token.
 const withProbabilities = typeof sequence.evaluateWithMetadata === "function";
 const results = [];
 for (const p of prompts) {
-    const text = formatPrompt(p.prompt);
+    const text = chat.format(p.prompt);
     const promptTokens = tokenizePrompt(model, text);
     if (promptTokens.length + args.maxTokens >= context.contextSize)
         throw new Error(`prompt ${p.id} too long for the context`);
@@ -44,8 +47,10 @@ for (const p of prompts) {
         generated.push(token);
         if (withProbabilities) {
             // probabilities: Map token -> softmax probability, sorted by decreasing probability.
-            const best = [...step.probabilities.entries()].slice(0, 2);
-            top2.push(best.map(([t, prob]) => [t, Number(prob.toPrecision(6))]));
+            const [first, second] = step.probabilities.entries();
+            if (first[0] !== token && step.probabilities.get(token) !== first[1])
+                throw new Error(`prompt ${p.id}: greedy token ${token} is not the most probable`);
+            top2.push([first, second].map(([t, prob]) => [t, Number(prob.toPrecision(7))]));
         }
         if (model.isEogToken(token)) {
             stoppedAtEog = true;
@@ -74,8 +79,9 @@ const out = {
     llama_cpp_build: llamaCppBuild(llama),
     backend: "cpu",
     threads: args.threads,
-    template: TEMPLATE,
-    template_note: "One ChatML user message plus the assistant generation prompt; the default system message that the GGUF chat_template inserts when no system message is given is omitted.",
+    chat_template: chat.source,
+    template: chat.pattern,
+    template_note: `The GGUF's tokenizer.chat_template (chat_template above, Jinja) rendered with @huggingface/jinja for messages = [{role: "user", content: prompt}] and add_generation_prompt = true; template is that rendering with ${PROMPT_PLACEHOLDER} in place of the user text, so it includes the default system turn the GGUF template inserts when the first message is not a system message.`,
     tokenization: "llama.cpp tokenizer with special tokens parsed; no BOS (tokenizer.ggml.add_bos_token is false)",
     decoding: `greedy argmax (temperature 0, no repetition penalty), at most ${args.maxTokens} new tokens; stops early only when an end-of-generation token is produced, which is then the last entry of generated_tokens (stopped_at_eog: true)`,
     generated_text_note: "detokenized generated_tokens without the final end-of-generation token, special tokens not rendered",

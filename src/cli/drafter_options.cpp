@@ -5,6 +5,7 @@
 
 #include "dspark/error.hpp"
 #include "dspark/spec/checkpoint.hpp"
+#include "dspark/spec/sps_profile.hpp"
 
 namespace dspark::cli {
 
@@ -20,6 +21,13 @@ void DrafterOptions::add(CLI::App& app) {
   app.add_option("--thresholds", thresholds,
                  "per-position confidence thresholds a,b,... ('none' disables calibration thresholds)");
   app.add_flag("--no-prune", no_prune, "verify every drafted token (no confidence pruning)");
+  app.add_option("--schedule", schedule,
+                 "verify length: off (all drafted tokens), thresholds (confidence pruning), sps "
+                 "(hardware-aware scheduler on the SPS profile)")
+      ->check(CLI::IsMember({"off", "thresholds", "sps"}))
+      ->capture_default_str();
+  app.add_option("--profile", profile,
+                 "SPS profile for --schedule sps (default: $DSPARK_HOME/profiles/<model id>.json)");
 }
 
 std::string shipped_drafter_dir(const std::string& model_arg) {
@@ -34,6 +42,7 @@ std::string shipped_drafter_dir(const std::string& model_arg) {
 }
 
 std::unique_ptr<Drafter> DrafterOptions::load(const std::string& model_arg, const TargetModel& target) const {
+  target_id_ = target.info().id;
   std::string dir = drafter;
   if (dir == "none") return nullptr;
   if (dir == "auto") {
@@ -49,7 +58,15 @@ std::unique_ptr<Drafter> DrafterOptions::load(const std::string& model_arg, cons
 SpecOptions DrafterOptions::spec() const {
   SpecOptions s;
   s.gamma = gamma;
-  s.prune = !no_prune;
+  s.prune = !no_prune && schedule == "thresholds";
+  if (no_prune && schedule == "sps")
+    throw InvalidArgument("--no-prune conflicts with --schedule sps (use --schedule off)");
+  if (schedule == "sps") {
+    const std::string path = !profile.empty()         ? profile
+                             : !target_id_.empty()    ? default_profile_path(target_id_)
+                                                      : throw InvalidArgument("--schedule sps: no model loaded");
+    s.sps = load_sps_profile(path).sps;
+  }
   s.min_conf = min_conf;
   if (thresholds == "none") {
     s.thresholds = std::vector<double>{};

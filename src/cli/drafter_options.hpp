@@ -17,12 +17,23 @@ struct DrafterOptions {
   double min_conf = -1.0;
   std::string thresholds;        // "a,b,..."; "" = unset; "none" = empty list (disables)
   bool no_prune = false;
+  /// Verify-length schedule: "off" (verify all γ), "thresholds" (confidence
+  /// pruning) or "sps" (hardware-aware scheduler, Alg. 1 with R = 1, on the
+  /// SPS profile `profile`; default $DSPARK_HOME/profiles/<model id>.json).
+  std::string schedule = "thresholds";
+  std::string profile;
 
   void add(CLI::App& app);
   /// Loads and binds the drafter for `target` (nullptr when none/auto finds nothing).
   /// `model_arg` is the -m value (used by "auto"). Throws Error / FormatError.
+  /// Records the target id for the default SPS profile path of spec().
   std::unique_ptr<Drafter> load(const std::string& model_arg, const TargetModel& target) const;
+  /// Throws InvalidArgument for conflicting options and Error when the SPS
+  /// profile of --schedule sps is missing ("run dspark profile").
   SpecOptions spec() const;
+
+ private:
+  mutable std::string target_id_;  // set by load()
 };
 
 /// Directory of the drafter shipped for a model alias, or "" when none.

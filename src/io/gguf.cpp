@@ -38,6 +38,7 @@ class Cursor {
 
   uint64_t pos() const { return pos_; }
   uint64_t remaining() const { return size_ - pos_; }
+  uint64_t size() const { return size_; }
 
   [[noreturn]] void fail(const std::string& what) const {
     std::ostringstream os;
@@ -111,7 +112,8 @@ GGUFValue read_value(Cursor& c, uint32_t type, const std::string& key, int depth
       // is a truncated or corrupt file, rejected before allocating for it.
       if (n > c.remaining())
         c.fail("key '" + key + "': truncated file: array of " + std::to_string(n) +
-               " elements but only " + std::to_string(c.remaining()) + " bytes remain");
+               " elements but only " + std::to_string(c.remaining()) + " bytes remain of " +
+               std::to_string(c.size()));
       GGUFValue::Array arr;
       arr.reserve(n);
       for (uint64_t i = 0; i < n; ++i) arr.push_back(read_value(c, et, key, depth + 1));
@@ -296,6 +298,13 @@ void GGUFFile::parse() {
   const uint64_t n_tensors = c.read<uint64_t>("tensor count");
   const uint64_t n_kv = c.read<uint64_t>("metadata count");
   if (n_tensors > kMaxCount || n_kv > kMaxCount) c.fail("implausible tensor/metadata count");
+  // Smallest encodings: a KV pair takes >= 13 bytes, a tensor info >= 32.
+  if (n_kv * 13 + n_tensors * 32 > c.remaining()) {
+    c.fail("truncated file: " + std::to_string(n_kv) + " metadata entries and " +
+           std::to_string(n_tensors) + " tensor infos need at least " +
+           std::to_string(n_kv * 13 + n_tensors * 32) + " bytes, but only " +
+           std::to_string(c.remaining()) + " remain of " + std::to_string(c.size()));
+  }
 
   for (uint64_t i = 0; i < n_kv; ++i) {
     std::string key = c.read_string("metadata key");

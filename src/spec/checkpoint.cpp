@@ -1,6 +1,7 @@
 // Drafter checkpoint read/write; see include/dspark/spec/checkpoint.hpp.
 #include "dspark/spec/checkpoint.hpp"
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -37,7 +38,8 @@ nlohmann::json config_to_json(const DrafterConfig& c) {
       {"tap_layers", c.tap_layers}, {"seq_head", to_string(c.seq_head)},
       {"mask_token_id", c.mask_token_id}, {"rope_base", c.rope_base},
   };
-  if (!c.sts_thresholds.empty()) cfg["sts"] = {{"thresholds", c.sts_thresholds}};
+  if (!c.sts_thresholds.empty()) cfg["sts"]["thresholds"] = c.sts_thresholds;
+  if (!c.sts_temperatures.empty()) cfg["sts"]["temperatures"] = c.sts_temperatures;
   return cfg;
 }
 
@@ -54,16 +56,28 @@ DrafterConfig config_from_json(const nlohmann::json& j, const std::string& where
   c.ffn = get<int>(cfg, "ffn", cw);
   c.markov_rank = get<int>(cfg, "markov_rank", cw);
   c.tap_layers = get<std::vector<int>>(cfg, "tap_layers", cw);
-  c.seq_head = cfg.contains("seq_head") ? parse_seq_head(get<std::string>(cfg, "seq_head", cw))
-                                        : SeqHead::None;
-  c.mask_token_id = cfg.value("mask_token_id", -1);
-  c.rope_base = cfg.value("rope_base", 10000.0);
+  c.seq_head = SeqHead::None;
+  if (cfg.contains("seq_head")) {
+    try {
+      c.seq_head = parse_seq_head(get<std::string>(cfg, "seq_head", cw));
+    } catch (const InvalidArgument& e) {
+      throw FormatError(cw + ": " + e.what());
+    }
+  }
+  c.mask_token_id = cfg.contains("mask_token_id") ? get<int>(cfg, "mask_token_id", cw) : -1;
+  c.rope_base = cfg.contains("rope_base") ? get<double>(cfg, "rope_base", cw) : 10000.0;
   if (cfg.contains("sts") && cfg.at("sts").contains("thresholds"))
     c.sts_thresholds = get<std::vector<double>>(cfg.at("sts"), "thresholds", cw + " sts");
+  if (cfg.contains("sts") && cfg.at("sts").contains("temperatures")) {
+    c.sts_temperatures = get<std::vector<double>>(cfg.at("sts"), "temperatures", cw + " sts");
+    for (double t : c.sts_temperatures)
+      if (!(t > 0) || !std::isfinite(t))
+        throw FormatError(cw + " sts: temperatures must be positive and finite");
+  }
   const std::string dw = where + " dims";
   c.hidden = get<int64_t>(dims, "hidden_size", dw);
   c.vocab = get<int64_t>(dims, "vocab_size", dw);
-  c.eps = dims.value("eps", 1e-5);
+  c.eps = dims.contains("eps") ? get<double>(dims, "eps", dw) : 1e-5;
   c.target_id = get<std::string>(j, "target_id", where);
   if (cfg.contains("d_draft") && get<int64_t>(cfg, "d_draft", cw) != c.hidden)
     throw FormatError(cw + ": d_draft differs from dims.hidden_size");
@@ -89,7 +103,9 @@ nlohmann::json read_drafter_json(const std::string& dir) {
 
 void save_drafter(const Drafter& drafter, const std::string& dir, bool bf16,
                   const nlohmann::json& extra) {
-  fs::create_directories(dir);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw Error(dir + ": cannot create the drafter directory: " + ec.message());
   const auto& cfg = drafter.config();
   std::vector<std::pair<std::string, at::Tensor>> tensors;
   nlohmann::json names = nlohmann::json::array();
@@ -98,21 +114,40 @@ void save_drafter(const Drafter& drafter, const std::string& dir, bool bf16,
     tensors.emplace_back(name, bf16 ? t.to(at::kBFloat16) : t.to(at::kFloat));
     names.push_back(name);
   }
+  // Both files are first written completely under temporary names and only
+  // then renamed into place, weights first: a failure while writing either
+  // leaves the previous checkpoint untouched.
   const std::string weights = (fs::path(dir) / "model.safetensors").string();
-  io::save_safetensors(weights, tensors, {{"format", "pt"}});
-  nlohmann::json j = {
-      {"kind", "dspark-drafter"},
-      {"variant", "dspark"},
-      {"version", kVersion},
-      {"target_id", cfg.target_id},
-      {"config", config_to_json(cfg)},
-      {"dims", {{"hidden_size", cfg.hidden}, {"vocab_size", cfg.vocab}, {"eps", cfg.eps}}},
-      {"param_names", names},
-      {"weights_bytes", static_cast<int64_t>(fs::file_size(weights))},
-      {"dtype", bf16 ? "bf16" : "f32"},
-  };
-  for (const auto& [k, v] : extra.items()) j[k] = v;
-  io::write_json_atomic((fs::path(dir) / "dspark.json").string(), j);
+  const std::string config = (fs::path(dir) / "dspark.json").string();
+  const std::string weights_tmp = weights + ".new", config_tmp = config + ".new";
+  try {
+    io::save_safetensors(weights_tmp, tensors, {{"format", "pt"}});
+    nlohmann::json j = {
+        {"kind", "dspark-drafter"},
+        {"variant", "dspark"},
+        {"version", kVersion},
+        {"target_id", cfg.target_id},
+        {"config", config_to_json(cfg)},
+        {"dims", {{"hidden_size", cfg.hidden}, {"vocab_size", cfg.vocab}, {"eps", cfg.eps}}},
+        {"param_names", names},
+        {"weights_bytes", static_cast<int64_t>(fs::file_size(weights_tmp))},
+        {"dtype", bf16 ? "bf16" : "f32"},
+    };
+    for (const auto& [k, v] : extra.items()) j[k] = v;
+    io::write_json_atomic(config_tmp, j);
+    fs::rename(weights_tmp, weights);
+    fs::rename(config_tmp, config);
+  } catch (const fs::filesystem_error& e) {
+    std::error_code ec;
+    fs::remove(weights_tmp, ec);
+    fs::remove(config_tmp, ec);
+    throw Error(dir + ": cannot write the drafter checkpoint: " + e.what());
+  } catch (...) {
+    std::error_code ec;
+    fs::remove(weights_tmp, ec);
+    fs::remove(config_tmp, ec);
+    throw;
+  }
 }
 
 Drafter load_drafter(const std::string& dir) {
@@ -133,12 +168,12 @@ Drafter load_drafter(const std::string& dir) {
   if (variant == "dflash" && !j.at("config").contains("seq_head")) cfg.seq_head = SeqHead::None;
 
   const std::string weights = (fs::path(dir) / "model.safetensors").string();
-  if (j.contains("weights_bytes") && fs::exists(weights) &&
-      static_cast<int64_t>(fs::file_size(weights)) != j.at("weights_bytes").get<int64_t>()) {
+  const int64_t weights_bytes = j.contains("weights_bytes") ? get<int64_t>(j, "weights_bytes", where) : -1;
+  if (weights_bytes >= 0 && fs::exists(weights) &&
+      static_cast<int64_t>(fs::file_size(weights)) != weights_bytes) {
     throw FormatError(weights + ": size " + std::to_string(fs::file_size(weights)) +
                       " bytes does not match dspark.json weights_bytes " +
-                      std::to_string(j.at("weights_bytes").get<int64_t>()) +
-                      " (incomplete or mismatched checkpoint)");
+                      std::to_string(weights_bytes) + " (incomplete or mismatched checkpoint)");
   }
   io::SafetensorsData data = io::load_safetensors_dir(dir);
   std::map<std::string, at::Tensor> params;

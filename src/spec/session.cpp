@@ -5,6 +5,8 @@
 #include <chrono>
 
 #include "dspark/error.hpp"
+#include "dspark/spec/calibration.hpp"
+#include "dspark/spec/scheduler.hpp"
 
 namespace dspark {
 
@@ -20,6 +22,13 @@ std::vector<double> resolve_thresholds(const DraftModel& d, const SpecOptions& s
   if (s.thresholds) return *s.thresholds;
   return d.calibrated_thresholds();
 }
+
+// Checkpoint thresholds are on calibrated survival when the checkpoint holds
+// STS temperatures; explicit thresholds stay on per-position confidence.
+std::vector<double> resolve_prune_temperatures(const DraftModel& d, const SpecOptions& s) {
+  if (!s.prune || s.min_conf >= 0 || s.thresholds) return {};
+  return d.calibrated_temperatures();
+}
 }  // namespace
 
 struct SpecSession::Impl {
@@ -30,6 +39,7 @@ struct SpecSession::Impl {
   SpecOptions spec;
   int gamma = 0;
   std::vector<double> thresholds;
+  std::vector<double> prune_temperatures;  // empty: thresholds apply to σ(z_k)
   KVCache cache;
   Rng rng;
   TapRequest taps;
@@ -56,6 +66,7 @@ struct SpecSession::Impl {
         throw InvalidArgument("gamma must be in [1, " + std::to_string(kMaxGamma) + "], got " +
                               std::to_string(gamma));
       thresholds = resolve_thresholds(*drafter, spec, gamma);
+      prune_temperatures = resolve_prune_temperatures(*drafter, spec);
       taps.layers = drafter->tap_layers();
       res.stats.reached_by_position.assign(static_cast<size_t>(gamma), 0);
       res.stats.accepted_by_position.assign(static_cast<size_t>(gamma), 0);
@@ -123,7 +134,11 @@ void SpecSession::draft() {
   const auto t0 = Clock::now();
   s.dr = s.drafter->draft(s.ds, s.anchor, g, s.opts.sampling, s.rng);
   s.res.stats.draft_s += seconds(t0, Clock::now());
-  s.ell = prune_length(s.dr.conf_logits, s.thresholds);
+  s.ell = prune_length(s.dr.conf_logits, s.thresholds, s.prune_temperatures);
+  if (!s.spec.sps.empty()) {
+    const auto a = calibrated_survival(s.dr.conf_logits, s.drafter->calibrated_temperatures());
+    s.ell = std::min(s.ell, schedule_single(std::vector<double>(a.begin(), a.begin() + s.ell), s.spec.sps));
+  }
 }
 
 ForwardSeq SpecSession::forward_input() {

@@ -17,6 +17,19 @@ int prune_length(const std::vector<float>& conf_logits, const std::vector<double
   return n;
 }
 
+int prune_length(const std::vector<float>& conf_logits, const std::vector<double>& thresholds,
+                 const std::vector<double>& temperatures) {
+  if (temperatures.empty()) return prune_length(conf_logits, thresholds);
+  const int n = static_cast<int>(conf_logits.size());
+  double survival = 1.0;
+  for (int k = 0; k < n; ++k) {
+    const double t = k < static_cast<int>(temperatures.size()) ? temperatures[k] : 1.0;
+    survival *= 1.0 / (1.0 + std::exp(-static_cast<double>(conf_logits[k]) / t));
+    if (k >= 1 && k < static_cast<int>(thresholds.size()) && survival < thresholds[k]) return k;
+  }
+  return n;
+}
+
 double accept_probability(const Distribution& p, const Distribution& q, TokenId x) {
   const double px = p.prob(x);
   const double qx = std::max(static_cast<double>(q.prob(x)), 1e-8);

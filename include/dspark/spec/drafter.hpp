@@ -56,7 +56,12 @@ struct DrafterConfig {
   int64_t hidden = 0;        // d
   int64_t vocab = 0;         // V
   /// Confidence thresholds per position from calibration (empty = none).
+  /// With sts_temperatures present they apply to the calibrated survival
+  /// â_k = ∏_{i<=k} σ(z_i / T_i), otherwise to σ(z_k) (see prune_length).
   std::vector<double> sts_thresholds;
+  /// STS temperatures T_k per position from calibration (dspark-method.md §6;
+  /// empty = uncalibrated, i.e. T = 1).
+  std::vector<double> sts_temperatures;
 
   int m() const { return static_cast<int>(tap_layers.size()); }
   /// Fills zero fields from the target (heads, ffn, rope, dims, taps spread
@@ -94,6 +99,8 @@ class DraftModel {
   virtual void check_target(const TargetInfo& target) const = 0;
   /// Calibrated per-position confidence thresholds (empty = none).
   virtual std::vector<double> calibrated_thresholds() const = 0;
+  /// Calibrated STS temperatures per position (empty = none: T = 1).
+  virtual std::vector<double> calibrated_temperatures() const { return {}; }
   /// Appends target features [n, m*d] of the next n context positions.
   virtual void append_context(DraftState& st, const at::Tensor& feats) const = 0;
   /// Proposes `gamma` tokens after `anchor` (at position st.n_ctx).
@@ -127,6 +134,7 @@ class Drafter : public DraftModel {
   const std::vector<int>& tap_layers() const override { return cfg_.tap_layers; }
   void check_target(const TargetInfo& target) const override;
   std::vector<double> calibrated_thresholds() const override { return cfg_.sts_thresholds; }
+  std::vector<double> calibrated_temperatures() const override { return cfg_.sts_temperatures; }
 
   /// Appends target features of new context positions: feats [n, m*d] fp32
   /// (the TapRequest output of layers cfg.tap_layers).

@@ -34,9 +34,17 @@ struct SpecOptions {
   /// Confidence pruning. Thresholds resolve as: `thresholds` when set >
   /// the drafter checkpoint's calibration > none; `min_conf` >= 0 overrides
   /// every position with one value; `prune` false disables pruning.
+  /// Checkpoint thresholds apply to the calibrated survival when the
+  /// checkpoint also holds STS temperatures; explicit `thresholds` and
+  /// `min_conf` always apply to the per-position confidence σ(z_k).
   bool prune = true;
   std::optional<std::vector<double>> thresholds;
   double min_conf = -1.0;
+  /// Hardware-aware scheduling (dspark-method.md §6, Alg. 1 with R = 1):
+  /// when non-empty, SPS(B) in target steps per second for B = 1..size()
+  /// verify tokens (sps[B-1]); after drafting (and pruning, if on) the verify
+  /// length is cut to schedule_single() of the calibrated survival.
+  std::vector<double> sps;
   RoundCallback on_round;
 };
 
@@ -51,6 +59,15 @@ GenerateResult generate_speculative(TargetModel& target, const DraftModel& draft
 /// (position 0 is always kept). Missing thresholds (past the list's end)
 /// keep the position. Empty thresholds keep everything.
 int prune_length(const std::vector<float>& conf_logits, const std::vector<double>& thresholds);
+
+/// Confidence pruning on calibrated survival (dspark-method.md §6, STS):
+/// with `temperatures` empty this is prune_length(conf_logits, thresholds);
+/// otherwise the first k >= 1 with â_k < thresholds[k] cuts the block to k,
+/// where â_k = ∏_{i<=k} σ(conf_logits[i] / T_i) and T_i = temperatures[i]
+/// (1 past the list's end). Position 0 is always kept; missing thresholds
+/// keep the position.
+int prune_length(const std::vector<float>& conf_logits, const std::vector<double>& thresholds,
+                 const std::vector<double>& temperatures);
 
 /// Probability of accepting draft token `x` drawn from q:
 /// min(1, p(x) / max(q(x), 1e-8)).

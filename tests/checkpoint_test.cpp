@@ -1,0 +1,490 @@
+// The drafter checkpoint format (dspark-method.md §8, docs/checkpoint-format.md):
+// bit-exact fp32 round trips and bf16 rounding for every head type, the
+// refusals (obsolete and unknown variants, another target's id or dims,
+// missing / misshapen tensors, truncated weights, malformed JSON, a missing
+// directory), legacy "dflash" directories, and saves that fail part-way.
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+
+#include <csignal>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "dspark/error.hpp"
+#include "dspark/io/safetensors.hpp"
+#include "dspark/spec/checkpoint.hpp"
+#include "dspark/spec/speculative.hpp"
+#include "spec_test_util.hpp"
+
+namespace {
+
+using namespace dspark;
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using test::TempDir;
+
+DrafterConfig tiny_cfg(SeqHead head) {
+  DrafterConfig c = spectest::small_config(spectest::tiny_target().info(), head, 5);
+  c.sts_thresholds = {0.0, 0.25, 0.5, 0.625, 0.75};
+  return c;
+}
+
+Drafter tiny_drafter(SeqHead head, uint64_t seed = 1) {
+  return spectest::perturbed_drafter(tiny_cfg(head), seed);
+}
+
+void expect_same_config(const DrafterConfig& a, const DrafterConfig& b) {
+  EXPECT_EQ(a.gamma, b.gamma);
+  EXPECT_EQ(a.n_layers, b.n_layers);
+  EXPECT_EQ(a.n_heads, b.n_heads);
+  EXPECT_EQ(a.n_kv_heads, b.n_kv_heads);
+  EXPECT_EQ(a.head_dim, b.head_dim);
+  EXPECT_EQ(a.ffn, b.ffn);
+  EXPECT_EQ(a.markov_rank, b.markov_rank);
+  EXPECT_EQ(a.tap_layers, b.tap_layers);
+  EXPECT_EQ(a.seq_head, b.seq_head);
+  EXPECT_EQ(a.mask_token_id, b.mask_token_id);
+  EXPECT_EQ(a.rope_base, b.rope_base);
+  EXPECT_EQ(a.eps, b.eps);
+  EXPECT_EQ(a.target_id, b.target_id);
+  EXPECT_EQ(a.hidden, b.hidden);
+  EXPECT_EQ(a.vocab, b.vocab);
+  EXPECT_EQ(a.sts_thresholds, b.sts_thresholds);
+}
+
+void expect_same_params(const std::map<std::string, at::Tensor>& got,
+                        const std::map<std::string, at::Tensor>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (const auto& [name, t] : want) {
+    ASSERT_TRUE(got.count(name)) << what << ": " << name;
+    const at::Tensor& g = got.at(name);
+    ASSERT_EQ(g.scalar_type(), at::kFloat) << name;
+    ASSERT_EQ(g.sizes(), t.sizes()) << name;
+    // Bit patterns, not values: -0.0 and NaN payloads count too.
+    EXPECT_EQ(std::memcmp(g.contiguous().data_ptr(), t.contiguous().data_ptr(), t.numel() * 4), 0)
+        << what << ": " << name;
+  }
+}
+
+json read_json(const std::string& dir) { return json::parse(test::read_bytes(dir + "/dspark.json")); }
+void write_json(const std::string& dir, const json& j) { test::write_bytes(dir + "/dspark.json", j.dump(2)); }
+
+// Replaces model.safetensors with `tensors` (and, when asked, the recorded size).
+void rewrite_weights(const std::string& dir, const std::map<std::string, at::Tensor>& tensors,
+                     bool update_size = true) {
+  std::vector<std::pair<std::string, at::Tensor>> v(tensors.begin(), tensors.end());
+  const std::string path = dir + "/model.safetensors";
+  io::save_safetensors(path, v);
+  if (update_size) {
+    json j = read_json(dir);
+    j["weights_bytes"] = static_cast<int64_t>(fs::file_size(path));
+    write_json(dir, j);
+  }
+}
+
+// The message of the E thrown by f (a test failure when f throws nothing or something else).
+template <typename E, typename F>
+std::string message_of(F&& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "threw another exception type: " << e.what();
+    return "";
+  }
+  ADD_FAILURE() << "did not throw";
+  return "";
+}
+
+#define EXPECT_MENTIONS(msg, part) \
+  EXPECT_NE((msg).find(part), std::string::npos) << "expected '" << (part) << "' in: " << (msg)
+
+// ---- round trips -------------------------------------------------------------------
+
+class CheckpointRoundTrip : public ::testing::TestWithParam<SeqHead> {};
+
+TEST_P(CheckpointRoundTrip, Fp32IsBitExact) {
+  TempDir dir;
+  const std::string d = dir.file("drafter");
+  const Drafter src = tiny_drafter(GetParam());
+  save_drafter(src, d, /*bf16=*/false);
+  const Drafter got = load_drafter(d);
+  expect_same_config(got.config(), src.config());
+  expect_same_params(got.params(), src.params(), "fp32 round trip");
+
+  const json j = read_json(d);
+  EXPECT_EQ(j.at("kind"), "dspark-drafter");
+  EXPECT_EQ(j.at("variant"), "dspark");
+  EXPECT_EQ(j.at("version"), 1);
+  EXPECT_EQ(j.at("dtype"), "f32");
+  EXPECT_EQ(j.at("config").at("seq_head"), to_string(GetParam()));
+  EXPECT_EQ(j.at("weights_bytes").get<int64_t>(), static_cast<int64_t>(fs::file_size(d + "/model.safetensors")));
+  std::vector<std::string> names;
+  for (const auto& [n, s] : Drafter::param_spec(src.config())) names.push_back(n);
+  EXPECT_EQ(j.at("param_names").get<std::vector<std::string>>(), names);
+
+  // The loaded drafter drafts exactly what the original drafts.
+  Drafter a = src, b = got;
+  a.bind(spectest::tiny_target());
+  b.bind(spectest::tiny_target());
+  DraftState sa, sb;
+  const at::Tensor feats = at::ones({6, 64});
+  a.append_context(sa, feats);
+  b.append_context(sb, feats);
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  Rng r1(1), r2(1);
+  const Draft x = a.draft(sa, 12, 5, greedy, r1), y = b.draft(sb, 12, 5, greedy, r2);
+  EXPECT_EQ(x.tokens, y.tokens);
+  EXPECT_EQ(x.conf_logits, y.conf_logits);
+}
+
+TEST_P(CheckpointRoundTrip, Bf16EqualsRoundedParameters) {
+  TempDir dir;
+  const std::string d = dir.file("drafter");
+  const Drafter src = tiny_drafter(GetParam(), 2);
+  save_drafter(src, d, /*bf16=*/true);
+  EXPECT_EQ(read_json(d).at("dtype"), "bf16");
+  for (const auto& [name, t] : io::load_safetensors(d + "/model.safetensors").tensors)
+    EXPECT_EQ(t.scalar_type(), at::kBFloat16) << name;
+  std::map<std::string, at::Tensor> rounded;
+  for (const auto& [name, t] : src.params()) rounded[name] = t.to(at::kBFloat16).to(at::kFloat);
+  const Drafter got = load_drafter(d);
+  expect_same_config(got.config(), src.config());
+  expect_same_params(got.params(), rounded, "bf16 round trip");
+}
+
+INSTANTIATE_TEST_SUITE_P(CheckpointHeads, CheckpointRoundTrip, ::testing::ValuesIn(spectest::all_heads()),
+                         [](const ::testing::TestParamInfo<SeqHead>& i) { return to_string(i.param); });
+
+TEST(Checkpoint, ExtraKeysAndResave) {
+  TempDir dir;
+  const std::string d = dir.file("nested/drafter");
+  save_drafter(tiny_drafter(SeqHead::Markov, 1), d, true, {{"note", "first"}, {"train", {{"steps", 10}}}});
+  const json j = read_json(d);
+  EXPECT_EQ(j.at("note"), "first");
+  EXPECT_EQ(j.at("train").at("steps"), 10);
+  EXPECT_EQ(read_drafter_json(d), j);
+  // Saving again replaces both files.
+  const Drafter second = tiny_drafter(SeqHead::Gated, 2);
+  save_drafter(second, d, false);
+  const Drafter got = load_drafter(d);
+  EXPECT_EQ(got.config().seq_head, SeqHead::Gated);
+  expect_same_params(got.params(), second.params(), "second save");
+  EXPECT_FALSE(read_json(d).contains("note"));
+}
+
+// ---- refusals ------------------------------------------------------------------------
+
+// A valid saved drafter to break in various ways.
+struct Saved {
+  TempDir tmp;
+  std::string dir = tmp.file("drafter");
+  Drafter drafter = tiny_drafter(SeqHead::Markov, 4);
+  Saved() { save_drafter(drafter, dir, false); }
+  std::string load_error() {
+    return message_of<FormatError>([&] { load_drafter(dir); });
+  }
+};
+
+TEST(Checkpoint, RefusesObsoleteFormatWithoutVariant) {
+  Saved s;
+  json j = read_json(s.dir);
+  j.erase("variant");
+  write_json(s.dir, j);
+  const std::string m = s.load_error();
+  EXPECT_MENTIONS(m, "dspark.json");
+  EXPECT_MENTIONS(m, "obsolete");
+  EXPECT_MENTIONS(m, "retrain");
+  EXPECT_MENTIONS(m, "dspark train");
+}
+
+TEST(Checkpoint, RefusesUnknownVariant) {
+  Saved s;
+  json j = read_json(s.dir);
+  j["variant"] = "eagle3";
+  write_json(s.dir, j);
+  const std::string m = s.load_error();
+  EXPECT_MENTIONS(m, "unknown variant 'eagle3'");
+  EXPECT_MENTIONS(m, "dflash");
+}
+
+TEST(Checkpoint, RefusesAnotherTargetsId) {
+  TempDir tmp;
+  const std::string d = tmp.file("drafter");
+  DrafterConfig c = tiny_cfg(SeqHead::Markov);
+  c.target_id = "llama/some-other-model";
+  save_drafter(Drafter::init(c, 1), d);
+  Drafter got = load_drafter(d);  // loading alone succeeds: the target is not known yet
+  TargetModel& t = spectest::tiny_target();
+  const std::string m = message_of<InvalidArgument>([&] { check_drafter_matches(got.config(), t.info()); });
+  EXPECT_MENTIONS(m, "llama/some-other-model");
+  EXPECT_MENTIONS(m, t.info().id);
+  // generate_speculative refuses it too.
+  got.bind(t);
+  const std::string m2 = message_of<InvalidArgument>(
+      [&] { generate_speculative(t, got, {5, 6, 7}, spectest::greedy_options(4, {}), {}); });
+  EXPECT_MENTIONS(m2, "llama/some-other-model");
+}
+
+TEST(Checkpoint, RefusesAnotherTargetsDims) {
+  TargetModel& t = spectest::tiny_target();
+  for (auto [field, value] : {std::pair<std::string, int64_t>{"hidden", 96}, {"vocab", 300}}) {
+    TempDir tmp;
+    const std::string d = tmp.file("drafter");
+    DrafterConfig c = tiny_cfg(SeqHead::None);
+    (field == "hidden" ? c.hidden : c.vocab) = value;
+    save_drafter(Drafter::init(c, 1), d);
+    const Drafter got = load_drafter(d);
+    const std::string m = message_of<InvalidArgument>([&] { check_drafter_matches(got.config(), t.info()); });
+    const int64_t target_value = field == "hidden" ? t.info().hidden : t.info().vocab;
+    EXPECT_MENTIONS(m, field + " " + std::to_string(value));
+    EXPECT_MENTIONS(m, field + " " + std::to_string(target_value));
+  }
+}
+
+TEST(Checkpoint, RefusesMissingTensor) {
+  Saved s;
+  auto tensors = io::load_safetensors(s.dir + "/model.safetensors").tensors;
+  tensors.erase("layers.0.ffn_up.weight");
+  rewrite_weights(s.dir, tensors);
+  const std::string m = s.load_error();
+  EXPECT_MENTIONS(m, "model.safetensors");
+  EXPECT_MENTIONS(m, "missing");
+  EXPECT_MENTIONS(m, "layers.0.ffn_up.weight");
+}
+
+TEST(Checkpoint, RefusesWrongTensorShape) {
+  Saved s;
+  auto tensors = io::load_safetensors(s.dir + "/model.safetensors").tensors;
+  tensors["conf_proj.weight"] = at::zeros({1, 10});
+  rewrite_weights(s.dir, tensors);
+  const std::string m = s.load_error();
+  EXPECT_MENTIONS(m, "conf_proj.weight");
+  EXPECT_MENTIONS(m, "[1, 10]");
+  EXPECT_MENTIONS(m, "[1, 96]");
+}
+
+TEST(Checkpoint, RefusesUnexpectedTensor) {
+  Saved s;
+  auto tensors = io::load_safetensors(s.dir + "/model.safetensors").tensors;
+  tensors["elman.wh"] = at::zeros({32, 32});
+  rewrite_weights(s.dir, tensors);
+  const std::string m = s.load_error();
+  EXPECT_MENTIONS(m, "unexpected");
+  EXPECT_MENTIONS(m, "elman.wh");
+}
+
+TEST(Checkpoint, RefusesTruncatedWeights) {
+  Saved s;
+  const std::string path = s.dir + "/model.safetensors";
+  const std::string bytes = test::read_bytes(path);
+  test::write_bytes(path, bytes.substr(0, bytes.size() / 2));
+  std::string m = s.load_error();
+  EXPECT_MENTIONS(m, "model.safetensors");
+  EXPECT_MENTIONS(m, "weights_bytes");
+  EXPECT_MENTIONS(m, std::to_string(bytes.size()));
+  // Without the recorded size the safetensors reader still refuses it.
+  json j = read_json(s.dir);
+  j.erase("weights_bytes");
+  write_json(s.dir, j);
+  m = s.load_error();
+  EXPECT_MENTIONS(m, "model.safetensors");
+  // Only the 8-byte header length left.
+  test::write_bytes(path, bytes.substr(0, 8));
+  m = s.load_error();
+  EXPECT_MENTIONS(m, "model.safetensors");
+}
+
+TEST(Checkpoint, RefusesMalformedJson) {
+  Saved s;
+  test::write_bytes(s.dir + "/dspark.json", "{\"variant\": \"dspark\", \"config\": ");
+  const std::string m = s.load_error();
+  EXPECT_MENTIONS(m, "dspark.json");
+  EXPECT_MENTIONS(m, "invalid JSON");
+  test::write_bytes(s.dir + "/dspark.json", "[1, 2, 3]");
+  EXPECT_MENTIONS(s.load_error(), "dspark.json");
+}
+
+TEST(Checkpoint, RefusesMalformedFields) {
+  struct Case {
+    const char* what;
+    std::function<void(json&)> edit;
+    std::vector<std::string> parts;
+  };
+  const std::vector<Case> cases = {
+      {"gamma of the wrong type", [](json& j) { j["config"]["gamma"] = "seven"; }, {"gamma", "wrong type"}},
+      {"gamma out of range", [](json& j) { j["config"]["gamma"] = 0; }, {"gamma"}},
+      {"no dims", [](json& j) { j.erase("dims"); }, {"dims"}},
+      {"no target_id", [](json& j) { j.erase("target_id"); }, {"target_id"}},
+      {"no tap_layers", [](json& j) { j["config"].erase("tap_layers"); }, {"tap_layers"}},
+      {"d_draft differs", [](json& j) { j["config"]["d_draft"] = 128; }, {"d_draft"}},
+      {"unknown seq_head", [](json& j) { j["config"]["seq_head"] = "lstm"; }, {"lstm", "dspark.json"}},
+      {"weights_bytes of the wrong type", [](json& j) { j["weights_bytes"] = "many"; }, {"weights_bytes"}},
+      {"mask_token_id of the wrong type", [](json& j) { j["config"]["mask_token_id"] = "none"; },
+       {"mask_token_id"}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    Saved s;
+    json j = read_json(s.dir);
+    c.edit(j);
+    write_json(s.dir, j);
+    const std::string m = s.load_error();
+    for (const auto& part : c.parts) EXPECT_MENTIONS(m, part);
+  }
+}
+
+TEST(Checkpoint, RefusesMissingDirectory) {
+  TempDir tmp;
+  const std::string missing = tmp.file("no-such-drafter");
+  std::string m = message_of<Error>([&] { load_drafter(missing); });
+  EXPECT_MENTIONS(m, missing);
+  EXPECT_MENTIONS(m, "does not exist");
+  // A directory without dspark.json.
+  fs::create_directories(tmp.file("empty"));
+  m = message_of<Error>([&] { load_drafter(tmp.file("empty")); });
+  EXPECT_MENTIONS(m, "dspark.json");
+}
+
+// ---- legacy dflash directories ---------------------------------------------------------
+
+TEST(Checkpoint, LegacyDflashLoadsAndDecodesLosslessly) {
+  DSPARK_REAL_MODEL(lm);
+  TargetModel& target = *lm.target;
+  TempDir tmp;
+  const std::string d = tmp.file("dflash");
+  fs::create_directories(d);
+  // A DFlash drafter as older tools wrote it: backbone tensors only, no
+  // seq_head in the config, no Markov or confidence tensors.
+  const DrafterConfig cfg = spectest::small_config(target.info(), SeqHead::None, 5);
+  const Drafter src = spectest::perturbed_drafter(cfg, 31);
+  std::map<std::string, at::Tensor> backbone;
+  for (const auto& [name, t] : src.params())
+    if (name.rfind("markov_", 0) != 0 && name.rfind("conf_proj", 0) != 0) backbone[name] = t.to(at::kBFloat16);
+  ASSERT_EQ(backbone.size() + 4, src.params().size());
+  std::vector<std::pair<std::string, at::Tensor>> tensors(backbone.begin(), backbone.end());
+  io::save_safetensors(d + "/model.safetensors", tensors);
+  json config = config_to_json(cfg);
+  config.erase("seq_head");
+  write_json(d, {{"kind", "dspark-drafter"},
+                 {"variant", "dflash"},
+                 {"version", 1},
+                 {"target_id", cfg.target_id},
+                 {"config", config},
+                 {"dims", {{"hidden_size", cfg.hidden}, {"vocab_size", cfg.vocab}, {"eps", cfg.eps}}}});
+
+  Drafter got = load_drafter(d);
+  EXPECT_EQ(got.config().seq_head, SeqHead::None);
+  for (const auto& [name, t] : backbone)
+    EXPECT_TRUE(at::equal(got.params().at(name), t.to(at::kFloat))) << name;
+  EXPECT_EQ(got.params().at("markov_w2.weight").abs().max().item<float>(), 0.f);
+  EXPECT_EQ(got.params().at("conf_proj.bias").abs().max().item<float>(), 0.f);
+
+  check_drafter_matches(got.config(), target.info());
+  got.bind(target);
+  for (size_t p : {size_t{6}, size_t{21}}) {
+    const GenerateResult& plain = spectest::plain_greedy(p, 24, lm.stop_ids);
+    SpecOptions so;
+    so.gamma = 5;
+    so.prune = false;
+    const GenerateResult spec =
+        generate_speculative(target, got, spectest::dev_prompt_ids(p), spectest::greedy_options(24, lm.stop_ids), so);
+    EXPECT_EQ(spectest::compare_runs(plain, spec), "") << "prompt " << p;
+  }
+}
+
+// ---- saves that fail part-way ------------------------------------------------------------
+
+// Caps the size of files this process writes (RLIMIT_FSIZE, SIGXFSZ ignored so
+// that an oversized write fails with EFBIG instead of killing the process).
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(rlim_t bytes) {
+    getrlimit(RLIMIT_FSIZE, &old_);
+    old_handler_ = std::signal(SIGXFSZ, SIG_IGN);
+    rlimit lim = old_;
+    lim.rlim_cur = bytes;
+    ok_ = setrlimit(RLIMIT_FSIZE, &lim) == 0;
+  }
+  ~FileSizeLimit() {
+    setrlimit(RLIMIT_FSIZE, &old_);
+    std::signal(SIGXFSZ, old_handler_);
+  }
+  bool ok() const { return ok_; }
+
+ private:
+  rlimit old_{};
+  void (*old_handler_)(int) = SIG_DFL;
+  bool ok_ = false;
+};
+
+std::vector<std::string> leftovers(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string n = e.path().filename().string();
+    if (n != "model.safetensors" && n != "dspark.json") out.push_back(n);
+  }
+  return out;
+}
+
+TEST(CheckpointAtomic, FailedWeightsWriteKeepsPrevious) {
+  TempDir tmp;
+  const std::string d = tmp.file("drafter");
+  const Drafter a = tiny_drafter(SeqHead::Elman, 1);
+  save_drafter(a, d, false);
+  const std::string json_before = test::read_bytes(d + "/dspark.json");
+  {
+    FileSizeLimit limit(4096);  // far below the weights' size
+    ASSERT_TRUE(limit.ok());
+    EXPECT_THROW(save_drafter(tiny_drafter(SeqHead::Elman, 2), d, false), Error);
+  }
+  EXPECT_EQ(test::read_bytes(d + "/dspark.json"), json_before);
+  const Drafter got = load_drafter(d);
+  expect_same_params(got.params(), a.params(), "after the failed save");
+  EXPECT_TRUE(leftovers(d).empty()) << leftovers(d).front();
+}
+
+TEST(CheckpointAtomic, FailedConfigWriteKeepsPrevious) {
+  // The weights are written (and renamed into place) first; here the
+  // dspark.json that follows fails to write. The previous checkpoint must
+  // still load as it was: neither refused nor paired with the new weights.
+  TempDir tmp;
+  const std::string d = tmp.file("drafter");
+  const Drafter a = tiny_drafter(SeqHead::Markov, 1);
+  save_drafter(a, d, false);
+  const int64_t weights = static_cast<int64_t>(fs::file_size(d + "/model.safetensors"));
+  for (bool same_size : {true, false}) {
+    SCOPED_TRACE(same_size ? "same weights size" : "different weights size");
+    {
+      FileSizeLimit limit(static_cast<rlim_t>(weights) + (1 << 20));
+      ASSERT_TRUE(limit.ok());
+      // A dspark.json larger than the limit (a large extra key) cannot be written.
+      const json extra = {{"padding", std::string(static_cast<size_t>(weights) + (2 << 20), 'x')}};
+      EXPECT_THROW(save_drafter(tiny_drafter(SeqHead::Markov, 2), d, /*bf16=*/!same_size, extra), Error);
+    }
+    try {
+      const Drafter got = load_drafter(d);
+      expect_same_params(got.params(), a.params(), "after the failed save");
+    } catch (const Error& e) {
+      ADD_FAILURE() << "the previous checkpoint no longer loads: " << e.what();
+    }
+    save_drafter(a, d, false);  // restore for the next case
+  }
+}
+
+TEST(CheckpointAtomic, SaveUnderAFileFails) {
+  TempDir tmp;
+  test::write_bytes(tmp.file("plain-file"), "not a directory");
+  const std::string d = tmp.file("plain-file/drafter");
+  EXPECT_THROW(save_drafter(tiny_drafter(SeqHead::None), d), Error);
+  EXPECT_EQ(test::read_bytes(tmp.file("plain-file")), "not a directory");
+}
+
+}  // namespace

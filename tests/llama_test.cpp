@@ -1,0 +1,624 @@
+// Tests for the Llama-family target: loading from GGUF, the forward pass
+// against an independent ATen reference, and the properties speculative
+// decoding relies on — a multi-token forward equals token-by-token decoding,
+// rollback (trim) then re-forward equals a fresh prefill, a ragged batch
+// equals each sequence alone (all bitwise), hidden taps, and errors that
+// leave the caches untouched. Run on tiny random Llamas written with the
+// GGUF writer and on the real SmolLM2-135M-Instruct model.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "dspark/error.hpp"
+#include "dspark/io/dequant.hpp"
+#include "dspark/io/gguf.hpp"
+#include "dspark/model/kernels.hpp"
+#include "dspark/model/target.hpp"
+#include "test_util.hpp"
+
+namespace {
+
+using dspark::ForwardOut;
+using dspark::ForwardSeq;
+using dspark::FormatError;
+using dspark::InvalidArgument;
+using dspark::KVCache;
+using dspark::Logits;
+using dspark::TapRequest;
+using dspark::TargetModel;
+using dspark::TokenId;
+using dspark::test::TempDir;
+using dspark::test::TinyLlamaOptions;
+
+// Bitwise equality of two fp32 tensors; on failure reports how many elements
+// differ and by how much.
+::testing::AssertionResult same_bits(const at::Tensor& a, const at::Tensor& b) {
+  if (!a.defined() || !b.defined()) return ::testing::AssertionFailure() << "undefined tensor";
+  if (a.sizes() != b.sizes())
+    return ::testing::AssertionFailure() << "shapes differ: " << a.sizes() << " vs " << b.sizes();
+  const at::Tensor ac = a.contiguous(), bc = b.contiguous();
+  if (std::memcmp(ac.data_ptr(), bc.data_ptr(), ac.nbytes()) == 0) return ::testing::AssertionSuccess();
+  const at::Tensor diff = (ac.to(at::kDouble) - bc.to(at::kDouble)).abs();
+  return ::testing::AssertionFailure() << "not bitwise equal: " << (ac != bc).sum().item<int64_t>() << " of "
+                                       << ac.numel() << " elements differ, max |diff| "
+                                       << diff.max().item<double>();
+}
+
+std::vector<TokenId> slice(const std::vector<TokenId>& v, size_t b, size_t e) {
+  return std::vector<TokenId>(v.begin() + static_cast<std::ptrdiff_t>(b), v.begin() + static_cast<std::ptrdiff_t>(e));
+}
+
+std::vector<TokenId> concat(std::vector<TokenId> a, const std::vector<TokenId>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+// ---- properties shared by the tiny and the real model ----------------------------------
+
+// (a) One multi-token forward equals the same tokens fed one at a time.
+void check_prefill_equals_incremental(TargetModel& m, const std::vector<TokenId>& toks) {
+  const int64_t T = static_cast<int64_t>(toks.size());
+  KVCache c1 = m.new_cache();
+  const ForwardOut all = m.forward_one(c1, toks, Logits::All);
+  ASSERT_TRUE(all.logits.defined());
+  ASSERT_EQ(all.logits.sizes(), (at::IntArrayRef{T, m.info().vocab}));
+  EXPECT_EQ(all.logits.scalar_type(), at::kFloat);
+  EXPECT_EQ(c1.size(), T);
+  EXPECT_TRUE(at::isfinite(all.logits).all().item<bool>());
+
+  KVCache c2 = m.new_cache();
+  for (int64_t t = 0; t < T; ++t) {
+    const ForwardOut one = m.forward_one(c2, std::span<const TokenId>(&toks[t], 1), Logits::Last);
+    ASSERT_EQ(one.logits.sizes(), (at::IntArrayRef{1, m.info().vocab}));
+    EXPECT_TRUE(same_bits(one.logits, all.logits.narrow(0, t, 1))) << "position " << t;
+    EXPECT_TRUE(at::allclose(one.logits, all.logits.narrow(0, t, 1), 1e-4, 1e-4)) << "position " << t;
+  }
+  EXPECT_EQ(c2.size(), T);
+
+  // Logits::Last of a multi-token call is the last row of Logits::All, and
+  // Logits::None returns nothing but still fills the cache.
+  KVCache c3 = m.new_cache();
+  const ForwardOut last = m.forward_one(c3, toks, Logits::Last);
+  EXPECT_TRUE(same_bits(last.logits, all.logits.narrow(0, T - 1, 1)));
+  KVCache c4 = m.new_cache();
+  const ForwardOut none = m.forward_one(c4, toks, Logits::None);
+  EXPECT_FALSE(none.logits.defined());
+  EXPECT_EQ(c4.size(), T);
+  // Chunked prefill: 3 tokens, then the rest.
+  KVCache c5 = m.new_cache();
+  m.forward_one(c5, slice(toks, 0, 3), Logits::None);
+  const ForwardOut rest = m.forward_one(c5, slice(toks, 3, toks.size()), Logits::All);
+  EXPECT_TRUE(same_bits(rest.logits, all.logits.narrow(0, 3, T - 3)));
+}
+
+// (b) Forward, trim(n), forward other tokens == fresh prefill of the result.
+void check_trim_then_reforward(TargetModel& m, const std::vector<TokenId>& prefix,
+                               const std::vector<TokenId>& rejected, const std::vector<TokenId>& accepted) {
+  KVCache c = m.new_cache();
+  m.forward_one(c, concat(prefix, rejected), Logits::All);
+  c.trim(static_cast<int64_t>(rejected.size()));
+  EXPECT_EQ(c.size(), static_cast<int64_t>(prefix.size()));
+  const ForwardOut after = m.forward_one(c, accepted, Logits::All);
+
+  KVCache fresh = m.new_cache();
+  const ForwardOut ref = m.forward_one(fresh, concat(prefix, accepted), Logits::All);
+  EXPECT_EQ(c.size(), fresh.size());
+  EXPECT_TRUE(same_bits(after.logits, ref.logits.narrow(0, static_cast<int64_t>(prefix.size()),
+                                                        static_cast<int64_t>(accepted.size()))));
+  // Continuing both caches with one more token stays identical.
+  const TokenId next = accepted.front();
+  EXPECT_TRUE(same_bits(m.forward_one(c, std::span<const TokenId>(&next, 1), Logits::Last).logits,
+                        m.forward_one(fresh, std::span<const TokenId>(&next, 1), Logits::Last).logits));
+  // Trimming everything and starting over equals a fresh cache too.
+  c.trim(c.size());
+  EXPECT_TRUE(same_bits(m.forward_one(c, prefix, Logits::All).logits,
+                        ref.logits.narrow(0, 0, static_cast<int64_t>(prefix.size()))));
+}
+
+// (c) A ragged batch with different caches equals each sequence alone.
+void check_batch_equals_alone(TargetModel& m, const std::vector<std::vector<TokenId>>& history,
+                              const std::vector<std::vector<TokenId>>& fresh_tokens,
+                              const TapRequest& taps) {
+  const size_t S = history.size();
+  std::vector<KVCache> batch_caches, alone_caches;
+  for (size_t s = 0; s < S; ++s) {
+    KVCache c = m.new_cache();
+    if (!history[s].empty()) m.forward_one(c, history[s], Logits::None);
+    batch_caches.push_back(c);
+    alone_caches.push_back(c);
+  }
+  const Logits modes[] = {Logits::All, Logits::Last, Logits::All, Logits::None};
+  std::vector<ForwardSeq> seqs;
+  for (size_t s = 0; s < S; ++s) seqs.push_back(ForwardSeq{&batch_caches[s], fresh_tokens[s], modes[s % 4]});
+  const std::vector<ForwardOut> outs = m.forward(seqs, taps);
+  ASSERT_EQ(outs.size(), S);
+  for (size_t s = 0; s < S; ++s) {
+    SCOPED_TRACE("sequence " + std::to_string(s));
+    const ForwardOut alone = m.forward_one(alone_caches[s], fresh_tokens[s], modes[s % 4], taps);
+    EXPECT_EQ(batch_caches[s].size(), alone_caches[s].size());
+    EXPECT_EQ(batch_caches[s].size(), static_cast<int64_t>(history[s].size() + fresh_tokens[s].size()));
+    if (modes[s % 4] == Logits::None) {
+      EXPECT_FALSE(outs[s].logits.defined());
+      EXPECT_FALSE(alone.logits.defined());
+    } else {
+      EXPECT_TRUE(same_bits(outs[s].logits, alone.logits)) << "logits";
+    }
+    if (!taps.layers.empty()) {
+      EXPECT_TRUE(same_bits(outs[s].taps, alone.taps)) << "taps";
+    }
+    if (taps.final_hidden) {
+      EXPECT_TRUE(same_bits(outs[s].final_hidden, alone.final_hidden)) << "final_hidden";
+    }
+  }
+}
+
+// (d) Hidden taps: shapes, consistency with the LM head and the output norm.
+void check_taps(TargetModel& m, const std::vector<TokenId>& toks, const std::vector<int>& layers) {
+  const int64_t T = static_cast<int64_t>(toks.size()), d = m.info().hidden,
+                L = static_cast<int64_t>(layers.size());
+  KVCache c0 = m.new_cache();
+  const ForwardOut plain = m.forward_one(c0, toks, Logits::All);
+  EXPECT_FALSE(plain.taps.defined());
+  EXPECT_FALSE(plain.final_hidden.defined());
+
+  KVCache c1 = m.new_cache();
+  const ForwardOut out = m.forward_one(c1, toks, Logits::All, TapRequest{layers, true});
+  ASSERT_TRUE(out.taps.defined());
+  ASSERT_TRUE(out.final_hidden.defined());
+  EXPECT_EQ(out.taps.sizes(), (at::IntArrayRef{T, L * d}));
+  EXPECT_EQ(out.final_hidden.sizes(), (at::IntArrayRef{T, d}));
+  EXPECT_EQ(out.taps.scalar_type(), at::kFloat);
+  EXPECT_EQ(out.final_hidden.scalar_type(), at::kFloat);
+  EXPECT_TRUE(at::isfinite(out.taps).all().item<bool>());
+  // Taps do not change the logits.
+  EXPECT_TRUE(same_bits(out.logits, plain.logits));
+
+  // The LM head applied to final_hidden (rounded to bf16 like the kernel's
+  // input) reproduces the logits.
+  const at::Tensor head = m.lm_head().to(at::kFloat);
+  const at::Tensor logits = at::matmul(out.final_hidden.to(at::kBFloat16).to(at::kFloat), head.t());
+  EXPECT_TRUE(at::allclose(logits, out.logits, 1e-4, 1e-3))
+      << "max |diff| " << (logits - out.logits).abs().max().item<double>();
+
+  // The last layer's output, RMS-normed with the output norm, is final_hidden.
+  KVCache c2 = m.new_cache();
+  const int last = static_cast<int>(m.info().n_layers) - 1;
+  const ForwardOut lt = m.forward_one(c2, toks, Logits::None, TapRequest{{last}, false});
+  ASSERT_EQ(lt.taps.sizes(), (at::IntArrayRef{T, d}));
+  EXPECT_FALSE(lt.final_hidden.defined());
+  const at::Tensor x = lt.taps.to(at::kDouble);
+  const at::Tensor normed =
+      x * at::rsqrt(x.pow(2).mean({1}, true) + m.info().rms_eps) * m.output_norm().to(at::kDouble);
+  EXPECT_TRUE(at::allclose(normed, out.final_hidden.to(at::kDouble), 1e-4, 1e-5))
+      << "max |diff| " << (normed - out.final_hidden.to(at::kDouble)).abs().max().item<double>();
+  at::Tensor kern = at::empty({T, d}, at::kFloat);
+  const at::Tensor tap_c = lt.taps.contiguous();
+  dspark::kernels::rmsnorm_f32(tap_c.data_ptr<float>(), m.output_norm().data_ptr<float>(), T, d,
+                               static_cast<float>(m.info().rms_eps), kern.data_ptr<float>());
+  EXPECT_TRUE(same_bits(kern, out.final_hidden));
+
+  // Layers come back in the requested order: reversing the request reverses the blocks.
+  std::vector<int> reversed(layers.rbegin(), layers.rend());
+  KVCache c3 = m.new_cache();
+  const ForwardOut rev = m.forward_one(c3, toks, Logits::None, TapRequest{reversed, false});
+  for (int64_t i = 0; i < L; ++i)
+    EXPECT_TRUE(same_bits(rev.taps.narrow(1, i * d, d), out.taps.narrow(1, (L - 1 - i) * d, d))) << "block " << i;
+  // Only final_hidden.
+  KVCache c4 = m.new_cache();
+  const ForwardOut fh = m.forward_one(c4, toks, Logits::Last, TapRequest{{}, true});
+  EXPECT_FALSE(fh.taps.defined());
+  EXPECT_TRUE(same_bits(fh.final_hidden, out.final_hidden));
+}
+
+// (e) Errors leave every cache unchanged.
+void check_errors(TargetModel& m) {
+  const int64_t V = m.info().vocab;
+  KVCache c = m.new_cache(8);
+  const std::vector<TokenId> six = {5, 6, 7, 8, 9, 10};
+  m.forward_one(c, six, Logits::Last);
+  ASSERT_EQ(c.size(), 6);
+  const std::vector<TokenId> three = {1, 2, 3};
+  try {
+    m.forward_one(c, three, Logits::Last);
+    ADD_FAILURE() << "context overflow accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("context length exceeded"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("9"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(c.size(), 6);
+  // In a batch, the other sequence's cache is untouched as well.
+  KVCache other = m.new_cache();
+  m.forward_one(other, three, Logits::None);
+  std::vector<ForwardSeq> batch = {{&other, three, Logits::Last}, {&c, three, Logits::Last}};
+  EXPECT_THROW(m.forward(batch), InvalidArgument);
+  EXPECT_EQ(other.size(), 3);
+  EXPECT_EQ(c.size(), 6);
+
+  for (TokenId bad : {static_cast<TokenId>(V), static_cast<TokenId>(-1), static_cast<TokenId>(V + 1000)}) {
+    const std::vector<TokenId> toks = {1, bad};
+    try {
+      m.forward_one(c, toks, Logits::Last);
+      ADD_FAILURE() << "token " << bad << " accepted";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(std::to_string(bad)), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(c.size(), 6);
+  }
+  const int nl = static_cast<int>(m.info().n_layers);
+  EXPECT_THROW(m.forward_one(c, std::vector<TokenId>{1}, Logits::Last, TapRequest{{nl}, false}), InvalidArgument);
+  EXPECT_THROW(m.forward_one(c, std::vector<TokenId>{1}, Logits::Last, TapRequest{{-1}, false}), InvalidArgument);
+  EXPECT_EQ(c.size(), 6);
+  // Exactly filling the context works; the next token does not fit.
+  m.forward_one(c, std::vector<TokenId>{1, 2}, Logits::Last);
+  EXPECT_EQ(c.size(), 8);
+  EXPECT_THROW(m.forward_one(c, std::vector<TokenId>{1}, Logits::Last), InvalidArgument);
+  EXPECT_EQ(c.size(), 8);
+  // Trimming more than the cache holds is rejected.
+  EXPECT_THROW(c.trim(9), InvalidArgument);
+  EXPECT_THROW(c.trim(-1), InvalidArgument);
+  EXPECT_EQ(c.size(), 8);
+}
+
+// ---- an independent reference forward in double precision ----------------------------------
+
+// Llama forward (Touvron et al. 2023) written directly with ATen in fp64 from
+// the GGUF tensors: embedding, per layer RMSNorm -> GQA attention with RoPE on
+// adjacent pairs -> residual -> RMSNorm -> SwiGLU -> residual, final norm, LM
+// head. Returns logits [T, V].
+at::Tensor reference_logits(const std::string& path, const std::vector<TokenId>& toks) {
+  dspark::io::GGUFFile f(path);
+  auto W = [&](const std::string& name) {
+    return dspark::io::dequantize_tensor(f.tensor(name), at::kFloat).to(at::kDouble);
+  };
+  auto Wb = [&](const std::string& name) {  // matrices as the model holds them: bf16
+    return dspark::io::dequantize_tensor(f.tensor(name), at::kBFloat16).to(at::kDouble);
+  };
+  const int64_t nl = f.get_int("llama.block_count"), H = f.get_int("llama.attention.head_count"),
+                Hkv = f.get_int("llama.attention.head_count_kv"), d = f.get_int("llama.embedding_length");
+  const int64_t hd = d / H, T = static_cast<int64_t>(toks.size());
+  const double eps = f.get_float("llama.attention.layer_norm_rms_epsilon");
+  const double base = f.get_float("llama.rope.freq_base");
+  auto rms = [&](const at::Tensor& x, const at::Tensor& w) {
+    return x * at::rsqrt(x.pow(2).mean({-1}, true) + eps) * w;
+  };
+  // RoPE on pairs (2i, 2i+1) of each head.
+  const at::Tensor pos = at::arange(T, at::kDouble).view({T, 1});
+  const at::Tensor inv = at::pow(base, -2.0 * at::arange(hd / 2, at::kDouble) / static_cast<double>(hd));
+  const at::Tensor ang = pos * inv.view({1, hd / 2});  // [T, hd/2]
+  const at::Tensor cs = at::cos(ang).view({T, 1, hd / 2}), sn = at::sin(ang).view({T, 1, hd / 2});
+  auto rope = [&](const at::Tensor& x, int64_t nh) {  // x: [T, nh*hd]
+    const at::Tensor v = x.view({T, nh, hd / 2, 2});
+    const at::Tensor a = v.select(3, 0), b = v.select(3, 1);
+    return at::stack({a * cs - b * sn, a * sn + b * cs}, 3).reshape({T, nh * hd});
+  };
+  const at::Tensor ids = at::tensor(std::vector<int64_t>(toks.begin(), toks.end()), at::kLong);
+  at::Tensor x = Wb("token_embd.weight").index_select(0, ids);
+  const at::Tensor mask = at::ones({T, T}, at::kBool).triu(1);
+  for (int64_t l = 0; l < nl; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    const at::Tensor h = rms(x, W(p + "attn_norm.weight"));
+    const at::Tensor q = rope(at::matmul(h, Wb(p + "attn_q.weight").t()), H).view({T, H, hd}).transpose(0, 1);
+    const at::Tensor k = rope(at::matmul(h, Wb(p + "attn_k.weight").t()), Hkv)
+                             .view({T, Hkv, hd})
+                             .transpose(0, 1)
+                             .repeat_interleave(H / Hkv, 0);
+    const at::Tensor v =
+        at::matmul(h, Wb(p + "attn_v.weight").t()).view({T, Hkv, hd}).transpose(0, 1).repeat_interleave(H / Hkv, 0);
+    at::Tensor s = at::matmul(q, k.transpose(1, 2)) / std::sqrt(static_cast<double>(hd));
+    s = s.masked_fill(mask, -INFINITY);
+    const at::Tensor o = at::matmul(at::softmax(s, -1), v).transpose(0, 1).reshape({T, H * hd});
+    x = x + at::matmul(o, Wb(p + "attn_output.weight").t());
+    const at::Tensor h2 = rms(x, W(p + "ffn_norm.weight"));
+    const at::Tensor g = at::matmul(h2, Wb(p + "ffn_gate.weight").t());
+    const at::Tensor u = at::matmul(h2, Wb(p + "ffn_up.weight").t());
+    x = x + at::matmul(g * at::sigmoid(g) * u, Wb(p + "ffn_down.weight").t());
+  }
+  const at::Tensor head = f.find_tensor("output.weight") ? Wb("output.weight") : Wb("token_embd.weight");
+  return at::matmul(rms(x, W("output_norm.weight")), head.t());
+}
+
+// ---- tiny random Llama ----------------------------------------------------------------------
+
+class LlamaTiny : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    path_ = dir_->file("tiny.gguf");
+    dspark::test::write_tiny_llama(path_, 42);
+    model_ = dspark::load_target(path_).release();
+  }
+  static void TearDownTestSuite() {
+    delete model_;
+    model_ = nullptr;
+    delete dir_;
+    dir_ = nullptr;
+  }
+  static TargetModel& m() { return *model_; }
+  static std::vector<TokenId> tokens(size_t n, uint32_t seed) {
+    std::vector<TokenId> t(n);
+    for (size_t i = 0; i < n; ++i) t[i] = static_cast<TokenId>((seed * 2654435761u + i * 40503u) % dspark::test::kTinyVocab);
+    return t;
+  }
+
+  static inline TempDir* dir_ = nullptr;
+  static inline std::string path_;
+  static inline TargetModel* model_ = nullptr;
+};
+
+TEST_F(LlamaTiny, InfoFromMetadata) {
+  const auto& i = m().info();
+  EXPECT_EQ(i.arch, "llama");
+  EXPECT_EQ(i.id, "llama/tiny-llama-42");
+  EXPECT_EQ(i.path, path_);
+  EXPECT_EQ(i.n_layers, 2);
+  EXPECT_EQ(i.hidden, 64);
+  EXPECT_EQ(i.n_heads, 4);
+  EXPECT_EQ(i.n_kv_heads, 2);
+  EXPECT_EQ(i.head_dim, 16);
+  EXPECT_EQ(i.ffn, 128);
+  EXPECT_EQ(i.vocab, dspark::test::kTinyVocab);
+  EXPECT_EQ(i.context, 256);
+  EXPECT_NEAR(i.rms_eps, 1e-5, 1e-10);
+  EXPECT_EQ(i.rope_base, 10000.0);
+  EXPECT_EQ(m().embedding().sizes(), (at::IntArrayRef{dspark::test::kTinyVocab, 64}));
+  EXPECT_EQ(m().embedding().scalar_type(), at::kBFloat16);
+  EXPECT_EQ(m().lm_head().sizes(), (at::IntArrayRef{dspark::test::kTinyVocab, 64}));
+  EXPECT_NE(m().lm_head().data_ptr(), m().embedding().data_ptr());
+  EXPECT_EQ(m().output_norm().sizes(), (at::IntArrayRef{64}));
+  EXPECT_EQ(m().output_norm().scalar_type(), at::kFloat);
+  const KVCache c = m().new_cache();
+  EXPECT_EQ(c.max_tokens(), 256);
+  EXPECT_EQ(c.size(), 0);
+  EXPECT_EQ(m().new_cache(17).max_tokens(), 17);
+}
+
+TEST_F(LlamaTiny, MatchesDoubleReference) {
+  const auto toks = tokens(12, 1);
+  KVCache c = m().new_cache();
+  const at::Tensor got = m().forward_one(c, toks, Logits::All).logits.to(at::kDouble);
+  const at::Tensor ref = reference_logits(path_, toks);
+  const double err = (got - ref).abs().max().item<double>(), scale = ref.abs().max().item<double>();
+  EXPECT_LT(err, 0.02 * scale) << "max |diff| " << err << " for logits up to " << scale;
+  // Rankings agree where the reference is decisive.
+  const at::Tensor top2 = std::get<0>(ref.topk(2, 1));
+  for (int64_t t = 0; t < ref.size(0); ++t) {
+    if ((top2[t][0] - top2[t][1]).item<double>() > 4 * err) {
+      EXPECT_EQ(got[t].argmax().item<int64_t>(), ref[t].argmax().item<int64_t>()) << "position " << t;
+    }
+  }
+}
+
+TEST_F(LlamaTiny, PrefillEqualsIncremental) { check_prefill_equals_incremental(m(), tokens(11, 2)); }
+
+TEST_F(LlamaTiny, TrimThenReforwardEqualsFreshPrefill) {
+  check_trim_then_reforward(m(), tokens(7, 3), tokens(5, 4), tokens(4, 5));
+  check_trim_then_reforward(m(), tokens(1, 6), tokens(1, 7), tokens(1, 8));
+}
+
+TEST_F(LlamaTiny, BatchEqualsEachAlone) {
+  check_batch_equals_alone(m(), {tokens(3, 10), {}, tokens(6, 11)}, {tokens(5, 12), tokens(1, 13), tokens(8, 14)},
+                           TapRequest{});
+  check_batch_equals_alone(m(), {tokens(2, 20), tokens(9, 21), {}, tokens(1, 22)},
+                           {tokens(4, 23), tokens(2, 24), tokens(7, 25), tokens(3, 26)}, TapRequest{{1, 0}, true});
+}
+
+TEST_F(LlamaTiny, HiddenTaps) { check_taps(m(), tokens(6, 30), {0, 1}); }
+
+TEST_F(LlamaTiny, ErrorsLeaveCachesUnchanged) { check_errors(m()); }
+
+TEST_F(LlamaTiny, RepeatedTapLayerIsCapturedTwice) {
+  const auto toks = tokens(4, 40);
+  KVCache c1 = m().new_cache(), c2 = m().new_cache();
+  const ForwardOut one = m().forward_one(c1, toks, Logits::None, TapRequest{{1}, false});
+  try {
+    const ForwardOut two = m().forward_one(c2, toks, Logits::None, TapRequest{{1, 1}, false});
+    ASSERT_EQ(two.taps.sizes(), (at::IntArrayRef{4, 128}));
+    EXPECT_TRUE(same_bits(two.taps.narrow(1, 0, 64), one.taps)) << "first copy";
+    EXPECT_TRUE(same_bits(two.taps.narrow(1, 64, 64), one.taps)) << "second copy";
+  } catch (const InvalidArgument&) {
+    EXPECT_EQ(c2.size(), 0);  // rejecting duplicates is acceptable too
+  }
+}
+
+TEST_F(LlamaTiny, EmptySequenceInBatchGetsNoLogits) {
+  KVCache a = m().new_cache(), b = m().new_cache();
+  const auto toks = tokens(3, 50);
+  std::vector<ForwardSeq> batch = {{&a, toks, Logits::Last}, {&b, {}, Logits::Last}};
+  try {
+    const auto outs = m().forward(batch);
+    ASSERT_EQ(outs.size(), 2u);
+    EXPECT_EQ(a.size(), 3);
+    EXPECT_EQ(b.size(), 0);
+    EXPECT_EQ(outs[0].logits.sizes(), (at::IntArrayRef{1, m().info().vocab}));
+    EXPECT_FALSE(outs[1].logits.defined()) << "a sequence without tokens has no last position";
+  } catch (const InvalidArgument&) {
+    EXPECT_EQ(a.size(), 0);  // rejecting an empty sequence is acceptable too
+    EXPECT_EQ(b.size(), 0);
+  }
+}
+
+// The same random weights stored as F32 and as BF16 load to identical bf16
+// matrices, so the logits agree bitwise; F16, Q8_0 and tied embeddings load
+// and give finite logits close to them.
+TEST_F(LlamaTiny, WeightEncodings) {
+  TempDir dir;
+  const auto toks = tokens(5, 60);
+  auto run = [&](const TinyLlamaOptions& o, const std::string& name) {
+    const std::string path = dir.file(name);
+    dspark::test::write_tiny_llama(path, 42, o);
+    auto model = dspark::load_target(path);
+    KVCache c = model->new_cache();
+    return model->forward_one(c, toks, Logits::All).logits.clone();
+  };
+  KVCache c = m().new_cache();
+  const at::Tensor bf16 = m().forward_one(c, toks, Logits::All).logits;
+  TinyLlamaOptions o;
+  o.weight_type = dspark::io::GGMLType::F32;
+  EXPECT_TRUE(same_bits(run(o, "f32.gguf"), bf16)) << "F32 file";
+  o.version = 2;
+  EXPECT_TRUE(same_bits(run(o, "f32v2.gguf"), bf16)) << "GGUF v2 file";
+  o = TinyLlamaOptions{};
+  o.weight_type = dspark::io::GGMLType::F16;
+  const at::Tensor f16 = run(o, "f16.gguf");
+  EXPECT_LT((f16 - bf16).abs().max().item<double>(), 0.05 * bf16.abs().max().item<double>());
+  o.weight_type = dspark::io::GGMLType::Q8_0;
+  const at::Tensor q8 = run(o, "q8.gguf");
+  EXPECT_TRUE(at::isfinite(q8).all().item<bool>());
+  EXPECT_LT((q8 - bf16).abs().max().item<double>(), 0.1 * bf16.abs().max().item<double>());
+
+  o = TinyLlamaOptions{};
+  o.tied_embeddings = true;
+  const std::string tied = dir.file("tied.gguf");
+  dspark::test::write_tiny_llama(tied, 7, o);
+  auto model = dspark::load_target(tied);
+  EXPECT_EQ(model->lm_head().data_ptr(), model->embedding().data_ptr());
+  KVCache ct = model->new_cache();
+  const at::Tensor lt = model->forward_one(ct, toks, Logits::All).logits.to(at::kDouble);
+  const at::Tensor ref = reference_logits(tied, toks);
+  EXPECT_LT((lt - ref).abs().max().item<double>(), 0.02 * ref.abs().max().item<double>());
+}
+
+TEST_F(LlamaTiny, UnsupportedArchitectureIsFormatError) {
+  TempDir dir;
+  auto w = dspark::test::tiny_llama_writer(1);
+  w.set("general.architecture", dspark::io::gguf::string("mamba"));
+  const std::string path = dir.file("mamba.gguf");
+  w.write(path);
+  try {
+    dspark::load_target(path);
+    FAIL() << "mamba accepted";
+  } catch (const FormatError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("unsupported architecture 'mamba'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(path), std::string::npos) << msg;
+  }
+}
+
+TEST_F(LlamaTiny, UnsupportedTensorTypeNamesTheTensor) {
+  TempDir dir;
+  TinyLlamaOptions o;
+  o.ffn = 256;  // ffn_down rows hold 256 values: one Q5_K super-block
+  o.tensor_types["blk.1.ffn_down.weight"] = dspark::io::GGMLType::Q5_K;
+  const std::string path = dir.file("q5k.gguf");
+  dspark::test::write_tiny_llama(path, 3, o);
+  {
+    dspark::io::GGUFFile f(path);  // the container itself is valid
+    EXPECT_EQ(f.tensor("blk.1.ffn_down.weight").type(), dspark::io::GGMLType::Q5_K);
+  }
+  try {
+    dspark::load_target(path);
+    FAIL() << "Q5_K tensor accepted";
+  } catch (const FormatError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("blk.1.ffn_down.weight"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("Q5_K"), std::string::npos) << msg;
+  }
+}
+
+TEST_F(LlamaTiny, InconsistentShapesAreFormatErrors) {
+  TempDir dir;
+  // Metadata claiming a wider model than the tensors hold.
+  auto w = dspark::test::tiny_llama_writer(5);
+  w.set("llama.feed_forward_length", dspark::io::gguf::u32(96));
+  w.write(dir.file("ffn.gguf"));
+  try {
+    dspark::load_target(dir.file("ffn.gguf"));
+    FAIL() << "mismatched ffn accepted";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("ffn_gate.weight"), std::string::npos) << e.what();
+  }
+  // A missing tensor.
+  auto w2 = dspark::test::tiny_llama_writer(5);
+  w2.set("llama.block_count", dspark::io::gguf::u32(3));
+  w2.write(dir.file("layers.gguf"));
+  try {
+    dspark::load_target(dir.file("layers.gguf"));
+    FAIL() << "missing layer accepted";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("blk.2."), std::string::npos) << e.what();
+  }
+}
+
+// ---- the real SmolLM2 model ------------------------------------------------------------------
+
+class LlamaSmol : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (dspark::test::model_available()) model_ = dspark::load_target(dspark::test::model_path()).release();
+  }
+  static void TearDownTestSuite() {
+    delete model_;
+    model_ = nullptr;
+  }
+  void SetUp() override {
+    if (!model_) GTEST_FAIL() << dspark::test::missing_model_message();
+  }
+  static TargetModel& m() { return *model_; }
+
+  // "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"
+  static inline const std::vector<TokenId> kPrompt = {1, 4093, 198, 1780, 314, 260, 3575, 282,
+                                                      4649, 47, 2, 198, 1, 520, 9531, 198};
+  static inline TargetModel* model_ = nullptr;
+};
+
+TEST_F(LlamaSmol, Info) {
+  const auto& i = m().info();
+  EXPECT_EQ(i.arch, "llama");
+  EXPECT_EQ(i.n_layers, 30);
+  EXPECT_EQ(i.hidden, 576);
+  EXPECT_EQ(i.n_heads, 9);
+  EXPECT_EQ(i.n_kv_heads, 3);
+  EXPECT_EQ(i.head_dim, 64);
+  EXPECT_EQ(i.ffn, 1536);
+  EXPECT_EQ(i.vocab, 49152);
+  EXPECT_EQ(i.context, 8192);
+  EXPECT_EQ(i.rope_base, 100000.0);
+  EXPECT_EQ(m().lm_head().data_ptr(), m().embedding().data_ptr()) << "SmolLM2 ties its LM head";
+}
+
+TEST_F(LlamaSmol, GreedyAnswersParis) {
+  dspark::io::GGUFFile f(dspark::test::model_path());
+  const auto vocab = f.get_string_array("tokenizer.ggml.tokens");
+  auto id_of = [&](const std::string& tok) -> TokenId {
+    const auto it = std::find(vocab.begin(), vocab.end(), tok);
+    EXPECT_NE(it, vocab.end()) << tok;
+    return static_cast<TokenId>(it - vocab.begin());
+  };
+  const std::string sp = "\xC4\xA0";  // 'Ġ': the GPT-2 symbol of the space byte
+  const std::vector<TokenId> want = {id_of("The"), id_of(sp + "capital"), id_of(sp + "of"),
+                                     id_of(sp + "France"), id_of(sp + "is"), id_of(sp + "Paris")};
+  KVCache c = m().new_cache();
+  at::Tensor logits = m().forward_one(c, kPrompt, Logits::Last).logits;
+  std::vector<TokenId> got;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const TokenId next = static_cast<TokenId>(logits[0].argmax().item<int64_t>());
+    got.push_back(next);
+    logits = m().forward_one(c, std::span<const TokenId>(&next, 1), Logits::Last).logits;
+  }
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(c.size(), static_cast<int64_t>(kPrompt.size() + want.size()));
+}
+
+TEST_F(LlamaSmol, PrefillEqualsIncremental) { check_prefill_equals_incremental(m(), slice(kPrompt, 0, 12)); }
+
+TEST_F(LlamaSmol, TrimThenReforwardEqualsFreshPrefill) {
+  check_trim_then_reforward(m(), slice(kPrompt, 0, 10), {3575, 282, 4649, 47}, {906, 30, 9531});
+}
+
+TEST_F(LlamaSmol, BatchEqualsEachAlone) {
+  check_batch_equals_alone(m(), {slice(kPrompt, 0, 4), {}, slice(kPrompt, 0, 9)},
+                           {slice(kPrompt, 4, 9), {1}, slice(kPrompt, 9, 16)}, TapRequest{{1, 5, 28}, true});
+}
+
+TEST_F(LlamaSmol, HiddenTaps) { check_taps(m(), slice(kPrompt, 0, 8), {1, 5, 28}); }
+
+TEST_F(LlamaSmol, ErrorsLeaveCachesUnchanged) { check_errors(m()); }
+
+}  // namespace

@@ -1,0 +1,286 @@
+// Shared test utilities: the real model's location, temporary directories and
+// tiny random Llama GGUF files built with the GGUF writer.
+//
+// Header-only (the test binary is built from tests/*_test.cpp alone).
+#pragma once
+
+#include <ATen/ATen.h>
+#include <c10/util/Half.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "dspark/io/gguf.hpp"
+#include "dspark/io/gguf_writer.hpp"
+
+namespace dspark::test {
+
+/// $DSPARK_HOME (default $HOME/.cache/dspark) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf".
+inline std::string model_path() {
+  std::string home;
+  if (const char* h = std::getenv("DSPARK_HOME"); h && *h) {
+    home = h;
+  } else {
+    const char* u = std::getenv("HOME");
+    home = std::string(u && *u ? u : ".") + "/.cache/dspark";
+  }
+  return home + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+}
+
+/// True when the real model file exists.
+inline bool model_available() { return std::filesystem::is_regular_file(model_path()); }
+
+/// Message for a test that needs the real model but cannot find it.
+inline std::string missing_model_message() {
+  return "the SmolLM2 model is missing: expected " + model_path() + " (run make setup)";
+}
+
+/// Fails (never skips) the current test when the real model is missing.
+#define DSPARK_REQUIRE_MODEL()                                                   \
+  do {                                                                           \
+    if (!::dspark::test::model_available())                                      \
+      FAIL() << ::dspark::test::missing_model_message();                         \
+  } while (0)
+
+/// A fresh directory under the system temp directory, removed with its
+/// contents on destruction.
+class TempDir {
+ public:
+  TempDir() {
+    static std::atomic<int> counter{0};
+    const auto base = std::filesystem::temp_directory_path();
+    for (int attempt = 0;; ++attempt) {
+      path_ = base / ("dspark-test-" + std::to_string(::getpid()) + "-" +
+                      std::to_string(counter.fetch_add(1)));
+      if (std::filesystem::create_directory(path_)) break;
+      if (attempt > 1000) throw std::runtime_error("cannot create a temporary directory");
+    }
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  const std::filesystem::path& path() const { return path_; }
+  /// Path of `name` inside the directory (not created).
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+/// Writes `bytes` to `path` (plain, non-atomic; for test inputs).
+inline void write_bytes(const std::string& path, std::string_view bytes) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  if (!f) throw std::runtime_error("cannot write " + path);
+}
+
+/// Reads a whole file.
+inline std::string read_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw std::runtime_error("cannot read " + path);
+  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
+// ---- GPT-2 byte-level vocabulary ------------------------------------------------
+
+/// The GPT-2 byte-to-unicode mapping: printable bytes map to themselves,
+/// the rest to U+0100 onwards in byte order. Returns the UTF-8 text of byte b.
+inline std::string gpt2_byte_symbol(int b) {
+  static const std::vector<uint32_t> cp = [] {
+    std::vector<uint32_t> m(256, 0);
+    std::vector<bool> direct(256, false);
+    for (int i = 33; i <= 126; ++i) direct[i] = true;
+    for (int i = 161; i <= 172; ++i) direct[i] = true;
+    for (int i = 174; i <= 255; ++i) direct[i] = true;
+    uint32_t next = 256;
+    for (int i = 0; i < 256; ++i) m[i] = direct[i] ? static_cast<uint32_t>(i) : next++;
+    return m;
+  }();
+  const uint32_t c = cp[static_cast<size_t>(b)];
+  std::string s;
+  if (c < 0x80) {
+    s += static_cast<char>(c);
+  } else {  // all mapped code points are below U+0800
+    s += static_cast<char>(0xC0 | (c >> 6));
+    s += static_cast<char>(0x80 | (c & 0x3F));
+  }
+  return s;
+}
+
+// ---- tiny random Llama --------------------------------------------------------------
+
+/// Geometry and encoding of a tiny random Llama. The vocabulary is fixed:
+/// ids 0..2 are the control tokens <|endoftext|>, <|im_start|>, <|im_end|>,
+/// ids 3..258 the 256 byte symbols (byte b is id 3 + b), then "Ġt", "he",
+/// "Ġthe" with the merges "Ġ t", "h e", "Ġt he" (vocab 262).
+struct TinyLlamaOptions {
+  int64_t n_layers = 2;
+  int64_t hidden = 64;
+  int64_t n_heads = 4;
+  int64_t n_kv_heads = 2;
+  int64_t ffn = 128;
+  int64_t context = 256;
+  uint32_t version = 3;
+  /// Storage type of the matrices: F32, F16, BF16 or Q8_0 (norms are F32).
+  io::GGMLType weight_type = io::GGMLType::BF16;
+  /// Per-tensor type overrides. Types other than the four above get
+  /// deterministic random bytes of the right size (for unsupported-type tests).
+  std::map<std::string, io::GGMLType> tensor_types;
+  /// No output.weight: the LM head is tied to token_embd.
+  bool tied_embeddings = false;
+  float rms_eps = 1e-5f;
+  float rope_base = 10000.0f;
+};
+
+inline constexpr int64_t kTinyVocab = 262;
+inline constexpr int32_t kTinyByteBase = 3;
+
+/// GGUF payload of row-major `values` ([rows, cols], cols = ne[0]) in `type`.
+inline std::string encode_tensor(const std::vector<float>& values, int64_t cols, io::GGMLType type,
+                                 std::mt19937_64& rng) {
+  std::string out;
+  auto put = [&](const void* p, size_t n) { out.append(static_cast<const char*>(p), n); };
+  switch (type) {
+    case io::GGMLType::F32:
+      put(values.data(), values.size() * 4);
+      break;
+    case io::GGMLType::F16:
+      for (float v : values) {
+        const uint16_t h = c10::Half(v).x;
+        put(&h, 2);
+      }
+      break;
+    case io::GGMLType::BF16:
+      for (float v : values) {
+        const uint16_t b = c10::BFloat16(v).x;
+        put(&b, 2);
+      }
+      break;
+    case io::GGMLType::Q8_0:
+      for (size_t i = 0; i < values.size(); i += 32) {
+        float amax = 0.f;
+        for (size_t j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(values[i + j]));
+        const float d = amax / 127.f;
+        const uint16_t dh = c10::Half(d).x;
+        put(&dh, 2);
+        const float id = d != 0.f ? 1.f / d : 0.f;
+        for (size_t j = 0; j < 32; ++j) {
+          const int8_t q = static_cast<int8_t>(std::lround(values[i + j] * id));
+          put(&q, 1);
+        }
+      }
+      break;
+    default: {
+      const auto traits = io::ggml_type_traits(static_cast<uint32_t>(type));
+      if (!traits || cols % traits->block_elems != 0)
+        throw std::invalid_argument("encode_tensor: cannot fill type " +
+                                    io::ggml_type_name(static_cast<uint32_t>(type)));
+      const size_t n = values.size() / static_cast<size_t>(traits->block_elems) *
+                       static_cast<size_t>(traits->block_bytes);
+      for (size_t i = 0; i < n; ++i) out += static_cast<char>(rng() & 0x3F);  // small f16 scales
+      break;
+    }
+  }
+  return out;
+}
+
+/// The vocabulary described in TinyLlamaOptions.
+inline std::vector<std::string> tiny_vocab() {
+  std::vector<std::string> v = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
+  for (int b = 0; b < 256; ++b) v.push_back(gpt2_byte_symbol(b));
+  v.push_back(gpt2_byte_symbol(' ') + "t");
+  v.push_back("he");
+  v.push_back(gpt2_byte_symbol(' ') + "the");
+  return v;
+}
+
+/// Builds a tiny random Llama GGUF in memory: metadata as llama.cpp's
+/// converter writes it (general.*, llama.*, tokenizer.ggml.*) and random
+/// weights (matrices ~ N(0, 1/in_features), norm weights ~ 1 + N(0, 0.1^2))
+/// drawn from `seed`. Tests may modify the returned writer before writing it.
+inline io::GGUFWriter tiny_llama_writer(uint64_t seed, const TinyLlamaOptions& o = {}) {
+  namespace g = io::gguf;
+  io::GGUFWriter w(o.version);
+  const int64_t hd = o.hidden / o.n_heads;
+  w.set("general.architecture", g::string("llama"));
+  w.set("general.name", g::string("tiny-llama-" + std::to_string(seed)));
+  w.set("general.alignment", g::u32(32));
+  w.set("llama.block_count", g::u32(static_cast<uint32_t>(o.n_layers)));
+  w.set("llama.context_length", g::u32(static_cast<uint32_t>(o.context)));
+  w.set("llama.embedding_length", g::u32(static_cast<uint32_t>(o.hidden)));
+  w.set("llama.feed_forward_length", g::u32(static_cast<uint32_t>(o.ffn)));
+  w.set("llama.attention.head_count", g::u32(static_cast<uint32_t>(o.n_heads)));
+  w.set("llama.attention.head_count_kv", g::u32(static_cast<uint32_t>(o.n_kv_heads)));
+  w.set("llama.attention.layer_norm_rms_epsilon", g::f32(o.rms_eps));
+  w.set("llama.rope.freq_base", g::f32(o.rope_base));
+  w.set("llama.rope.dimension_count", g::u32(static_cast<uint32_t>(hd)));
+  w.set("llama.vocab_size", g::u32(static_cast<uint32_t>(kTinyVocab)));
+  w.set("general.file_type", g::u32(1));
+
+  const std::vector<std::string> vocab = tiny_vocab();
+  std::vector<int32_t> types(vocab.size(), 1);
+  types[0] = types[1] = types[2] = 3;
+  w.set("tokenizer.ggml.model", g::string("gpt2"));
+  w.set("tokenizer.ggml.pre", g::string("smollm"));
+  w.set("tokenizer.ggml.tokens", g::string_array(vocab));
+  w.set("tokenizer.ggml.token_type", g::i32_array(types));
+  const std::string sp = gpt2_byte_symbol(' ');
+  w.set("tokenizer.ggml.merges", g::string_array({sp + " t", "h e", sp + "t he"}));
+  w.set("tokenizer.ggml.bos_token_id", g::u32(1));
+  w.set("tokenizer.ggml.eos_token_id", g::u32(2));
+  w.set("tokenizer.ggml.padding_token_id", g::u32(0));
+  w.set("tokenizer.ggml.add_bos_token", g::boolean(false));
+
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  auto add = [&](const std::string& name, int64_t rows, int64_t cols, bool is_norm) {
+    std::vector<float> v(static_cast<size_t>(rows * cols));
+    const float scale = is_norm ? 0.1f : 1.f / std::sqrt(static_cast<float>(cols));
+    for (float& x : v) x = (is_norm ? 1.f : 0.f) + scale * normal(rng);
+    io::GGMLType type = is_norm ? io::GGMLType::F32 : o.weight_type;
+    if (auto it = o.tensor_types.find(name); it != o.tensor_types.end()) type = it->second;
+    std::vector<int64_t> ne = rows == 1 ? std::vector<int64_t>{cols} : std::vector<int64_t>{cols, rows};
+    w.add_tensor(name, static_cast<uint32_t>(type), ne, encode_tensor(v, cols, type, rng));
+  };
+  const int64_t d = o.hidden, F = o.ffn;
+  add("token_embd.weight", kTinyVocab, d, false);
+  add("output_norm.weight", 1, d, true);
+  if (!o.tied_embeddings) add("output.weight", kTinyVocab, d, false);
+  for (int64_t l = 0; l < o.n_layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    add(p + "attn_norm.weight", 1, d, true);
+    add(p + "attn_q.weight", o.n_heads * hd, d, false);
+    add(p + "attn_k.weight", o.n_kv_heads * hd, d, false);
+    add(p + "attn_v.weight", o.n_kv_heads * hd, d, false);
+    add(p + "attn_output.weight", d, o.n_heads * hd, false);
+    add(p + "ffn_norm.weight", 1, d, true);
+    add(p + "ffn_gate.weight", F, d, false);
+    add(p + "ffn_up.weight", F, d, false);
+    add(p + "ffn_down.weight", d, F, false);
+  }
+  return w;
+}
+
+/// Writes a tiny random Llama GGUF (see tiny_llama_writer) to `path`.
+inline void write_tiny_llama(const std::string& path, uint64_t seed, const TinyLlamaOptions& opts = {}) {
+  tiny_llama_writer(seed, opts).write(path);
+}
+
+}  // namespace dspark::test
