@@ -12,6 +12,11 @@
 namespace dspark::cli {
 std::unique_ptr<Command> make_init_drafter(CLI::App& app, CLI::App*& sub);
 std::unique_ptr<Command> make_bench(CLI::App& app, CLI::App*& sub);
+std::unique_ptr<Command> make_regen(CLI::App& app, CLI::App*& sub);
+std::unique_ptr<Command> make_train(CLI::App& app, CLI::App*& sub);
+std::unique_ptr<Command> make_serve(CLI::App& app, CLI::App*& sub);
+std::unique_ptr<Command> make_calibrate(CLI::App& app, CLI::App*& sub);
+std::unique_ptr<Command> make_profile(CLI::App& app, CLI::App*& sub);
 }  // namespace dspark::cli
 
 int main(int argc, char** argv) {
@@ -22,7 +27,9 @@ int main(int argc, char** argv) {
   {
     auto g = std::make_unique<dspark::cli::GenerateCommand>(app);
     commands.emplace_back(g->app(), std::move(g));
-    for (auto make : {dspark::cli::make_init_drafter, dspark::cli::make_bench}) {
+    for (auto make : {dspark::cli::make_init_drafter, dspark::cli::make_bench, dspark::cli::make_regen,
+                      dspark::cli::make_train, dspark::cli::make_calibrate, dspark::cli::make_profile,
+                      dspark::cli::make_serve}) {
       CLI::App* sub = nullptr;
       auto c = make(app, sub);
       commands.emplace_back(sub, std::move(c));

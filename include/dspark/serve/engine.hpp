@@ -1,0 +1,170 @@
+// dspark/serve/engine.hpp — continuous batching of speculative decoding
+// across requests.
+//
+// One engine thread owns the target model. It keeps up to `parallel` active
+// SpecSessions; every step each active session drafts, the verify lengths
+// are chosen (all drafted positions, or DSpark's prefix scheduler when an SPS
+// profile is given), then ONE ragged target forward call carries every
+// session's input — prefills of newly admitted requests included — and each
+// session consumes its share. Finished sessions are completed and their
+// slots refilled from the queue.
+//
+// Threading contract: submit(), Request::poll/wait/cancel, load() and
+// shutdown() may be called from any thread. Text reaches a Request as soon
+// as the engine thread has detokenized it (UTF-8 complete, stop strings
+// removed, see StopMatcher).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "dspark/spec/generate.hpp"
+#include "dspark/spec/speculative.hpp"
+#include "dspark/tokenizer/tokenizer.hpp"
+
+namespace dspark::serve {
+
+/// Why a request ended.
+enum class FinishReason {
+  Stop,       // an end-of-generation token or a stop string
+  Length,     // max_tokens reached, or the context is full
+  Cancelled,  // cancelled by the client or by shutdown
+  Error,      // an exception while decoding it (message in RequestOutcome::error)
+};
+
+/// "stop" | "length" | "cancelled" | "error".
+const char* to_string(FinishReason r);
+
+/// Everything known about a request once it has ended.
+struct RequestOutcome {
+  FinishReason reason = FinishReason::Length;
+  std::string error;            // Error / Cancelled: what happened
+  int64_t prompt_tokens = 0;
+  /// Tokens consumed: every emitted token up to and including the one that
+  /// completed a stop string (end-of-generation ids are not counted).
+  int64_t completion_tokens = 0;
+  GenerateStats stats;          // the session's figures (speculative ones when a drafter runs)
+  bool speculative = false;     // a drafter proposed tokens for this request
+};
+
+/// One submitted generation: the client side of its output channel.
+class Request {
+ public:
+  /// Waits up to `timeout` until new text is available or the request has
+  /// ended, then moves the available text to the end of `text`. Returns true
+  /// when the request has ended and all of its text has been taken.
+  bool poll(std::string& text, std::chrono::milliseconds timeout);
+  /// Blocks until the request ends; returns all text not yet taken.
+  std::string wait();
+  /// Asks the engine to stop this request (e.g. the client went away). The
+  /// engine frees its slot at its next step.
+  void cancel() { cancel_.store(true); }
+  /// True once cancel() was called.
+  bool cancel_requested() const { return cancel_.load(); }
+  /// The outcome; valid after poll() returned true or wait() returned.
+  const RequestOutcome& outcome() const { return outcome_; }
+
+ private:
+  friend class Engine;
+  /// Engine side: appends produced text and wakes the waiting reader.
+  void deliver(std::string_view text);
+  /// Engine side: appends the last text, records the outcome, marks the end.
+  void complete(std::string_view tail, RequestOutcome outcome);
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::string text_;  // produced, not yet taken
+  bool ended_ = false;
+  RequestOutcome outcome_;
+  std::atomic<bool> cancel_{false};
+};
+
+/// Engine configuration.
+struct EngineOptions {
+  int parallel = 8;   // most requests decoded together
+  SpecOptions spec;   // drafter options applied to every request (spec.sps is ignored)
+  /// SPS profile (target steps per second at B = 1..size() verify tokens).
+  /// Non-empty with a drafter: each step's verify lengths come from
+  /// schedule_prefixes() over every decoding request's calibrated survival;
+  /// empty: every request verifies all positions that survive pruning.
+  std::vector<double> sps;
+};
+
+/// Current occupancy, for health reports.
+struct EngineLoad {
+  int active = 0;             // requests in the decode batch
+  int queued = 0;             // requests waiting for a slot
+  int parallel = 0;           // slots
+  int64_t steps = 0;          // target forward calls so far
+  int64_t completed = 0;      // requests ended so far
+};
+
+class Engine {
+ public:
+  /// Starts the engine thread. `target`, `tokenizer` and `drafter` (null:
+  /// plain decoding) must outlive the engine. Throws InvalidArgument when
+  /// opts.parallel < 1.
+  Engine(TargetModel& target, const tok::Tokenizer& tokenizer, const DraftModel* drafter,
+         EngineOptions opts);
+  /// Calls shutdown().
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  /// Queues a generation of `prompt` under `opts` (opts.on_token must be
+  /// empty; stop_ids are end-of-generation ids) that ends at the first of
+  /// `stop` strings found in its text. Throws InvalidArgument for invalid
+  /// sampling parameters or a prompt that is empty or does not fit
+  /// opts.ctx_size, and Error once shutdown() has begun.
+  std::shared_ptr<Request> submit(std::vector<TokenId> prompt, GenerateOptions opts,
+                                  std::vector<std::string> stop);
+
+  /// Stops accepting requests, cancels queued and active ones (they end with
+  /// FinishReason::Cancelled) and joins the engine thread. Idempotent.
+  void shutdown();
+
+  /// A snapshot of the engine's occupancy.
+  EngineLoad load() const;
+
+  /// The drafter in use (null: plain decoding).
+  const DraftModel* drafter() const { return drafter_; }
+
+ private:
+  struct Slot;
+  /// The engine thread: admit, step, retire, until shutdown.
+  void run();
+  /// One decoding step over the active requests: draft, plan, forward, consume.
+  void step(std::vector<std::unique_ptr<Slot>>& active);
+  /// Sets the verify lengths of the decoding requests in `batch` (scheduler).
+  void plan_verify(std::vector<Slot*>& batch);
+  /// One ragged target call for `batch`; isolates a failing request.
+  void forward_batch(std::vector<Slot*>& batch);
+  /// Delivers the last text and the outcome of an ended request.
+  void finish(Slot& slot);
+  /// Ends a request with FinishReason::Error.
+  void fail(Slot& slot, const std::string& message);
+
+  TargetModel& target_;
+  const tok::Tokenizer& tokenizer_;
+  const DraftModel* drafter_;
+  EngineOptions opts_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::unique_ptr<Slot>> queue_;
+  bool stopping_ = false;
+  EngineLoad load_;
+  std::mutex join_mu_;  // serializes joining thread_
+  std::thread thread_;
+};
+
+}  // namespace dspark::serve

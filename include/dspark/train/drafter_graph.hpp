@@ -1,0 +1,105 @@
+// dspark/train/drafter_graph.hpp — the differentiable, batched forward pass of
+// the DSpark drafter used for training (DSpark arXiv 2607.05147 Eq. 2-8;
+// DFlash arXiv 2602.06036), built from ATen ops so that autograd records it.
+//
+// It computes exactly what Drafter::block_hidden + Drafter::draft compute at
+// inference, for many anchors of one sequence at once, with the sequential
+// head run under teacher forcing (the previous tokens are given instead of
+// drawn). Notation: N anchors, γ slots per block, L context rows, d hidden,
+// m tapped layers, V vocabulary, r Markov rank, H / Hkv attention / KV heads,
+// hd head dim.
+//
+// For anchor i at absolute position p_i with previous tokens
+// prev[i] = [x_{-1} = anchor, x_0, .., x_{γ-2}]:
+//   H_ctx = hidden_norm(fc · feats)                                  [L, d]
+//   x     = embed([anchor, MASK × (γ-1)])                            [N, γ, d]
+//   per layer: h = attn_norm(x); q = rope(q_norm(W_q h)) at p_i..p_i+γ-1;
+//     keys/values = [rope(k_norm(W_k H_ctx)) at 0..L-1 ; rope(k_norm(W_k h))],
+//     [W_v H_ctx ; W_v h]; context key l is visible to anchor i iff l < p_i;
+//     block keys are all visible (no causal mask); x += W_o attn;
+//     x += W_down(silu(W_gate h') ⊙ W_up h'), h' = ffn_norm(x)
+//   h = output_norm(x)                                               [N, γ, d]
+//   U = LMHead(h) (the target's frozen head)                         [N, γ, V]
+//   logits_k = U_k + B_k(prev, h)          (Eq. 5 / 6 and variants, see drafter_heads)
+//   z_k = w · [h_k ; W1[x_{k-1}]] + b      (Eq. 7; c_k = σ(z_k))
+// RoPE uses the GGUF "normal" pair layout (dims 2i, 2i+1), angles computed in
+// double precision as the inference kernel does.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <map>
+#include <string>
+
+#include "dspark/spec/drafter.hpp"
+
+namespace dspark::train {
+
+/// Drafter parameters by name (the names of Drafter::param_spec).
+using ParamMap = std::map<std::string, at::Tensor>;
+
+/// Precision of the large matrix products when the parameters are fp32.
+/// BFloat16: inputs and weights are rounded to bf16 for the product (oneDNN),
+/// the result is converted back to fp32; norms, softmax, RoPE and the heads'
+/// element-wise math stay fp32. Float32: everything fp32 (slow on CPUs whose
+/// libtorch uses a generic BLAS, but the reference for parity tests).
+/// Double-precision parameters always compute in double (gradient checks).
+enum class MatmulPrecision { Float32, BFloat16 };
+
+struct GraphOptions {
+  MatmulPrecision matmul = MatmulPrecision::BFloat16;
+};
+
+/// Outputs of DrafterGraph::forward, in the parameters' dtype (fp32 or fp64).
+struct GraphOut {
+  at::Tensor hidden;       // [N, γ, d]  h_k, post final norm
+  at::Tensor logits;       // [N, γ, V]  U_k + B_k (draft logits, Eq. 4)
+  at::Tensor conf_logits;  // [N, γ]     z_k (confidence logits, Eq. 7)
+};
+
+class DrafterGraph {
+ public:
+  /// `cfg` must be complete (validated; throws InvalidArgument otherwise).
+  /// `embedding` and `lm_head` are the target's frozen [V, d] tables (any
+  /// floating dtype, usually bf16; TargetModel::embedding() / lm_head()).
+  /// They are referenced, not copied, except for per-dtype conversions made
+  /// on first use. Throws InvalidArgument when their shapes are not [V, d].
+  DrafterGraph(DrafterConfig cfg, at::Tensor embedding, at::Tensor lm_head, GraphOptions opts = {});
+
+  const DrafterConfig& config() const { return cfg_; }
+  const GraphOptions& options() const { return opts_; }
+
+  /// The teacher-forced forward for N anchors of one sequence.
+  ///   params       every tensor of Drafter::param_spec(cfg), fp32 or fp64 (all
+  ///                the same dtype); gradients flow into those that require it.
+  ///   ctx_feats    [L, m*d] the target's tapped hidden states of positions
+  ///                0..L-1 of the sequence (any floating dtype; no gradient).
+  ///   anchors      [N] int64 anchor positions p_i, 0 <= p_i <= L; anchor i
+  ///                attends to context rows 0..p_i-1 only.
+  ///   prev_tokens  [N, γ'] int64 (1 <= γ' <= kMaxGamma): column 0 is the
+  ///                anchor token, column k the token preceding slot k
+  ///                (teacher forcing: the ground truth tokens[p_i + k]).
+  /// Returns hidden/logits/conf_logits for γ' slots. Throws InvalidArgument
+  /// for a missing parameter, mixed dtypes, or any shape/range violation
+  /// (token ids outside [0, V), anchors outside [0, L]).
+  GraphOut forward(const ParamMap& params, const at::Tensor& ctx_feats, const at::Tensor& anchors,
+                   const at::Tensor& prev_tokens) const;
+
+  /// y = x · Wᵀ for x [..., K], W [O, K] under the configured precision
+  /// (see MatmulPrecision). Differentiable in x and W.
+  at::Tensor linear(const at::Tensor& x, const at::Tensor& W) const;
+
+  /// The frozen LM head applied to h [..., d]: [..., V] in h's dtype. The
+  /// head never receives a gradient; h does.
+  at::Tensor lm_head(const at::Tensor& h) const;
+
+ private:
+  const at::Tensor& frozen(const at::Tensor& src, at::ScalarType dtype, int which) const;
+  DrafterConfig cfg_;
+  at::Tensor embed_, head_;
+  GraphOptions opts_;
+  // Converted copies of the frozen tables, by dtype: [0] embedding, [1] head.
+  mutable std::map<at::ScalarType, at::Tensor> frozen_cache_[2];
+};
+
+}  // namespace dspark::train

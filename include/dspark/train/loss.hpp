@@ -1,0 +1,128 @@
+// dspark/train/loss.hpp — training targets and the DSpark loss
+// (dspark-method.md §4; DSpark arXiv 2607.05147 Eq. 9-12).
+//
+// Alignment (the classic off-by-one, tested in train_loss_test): for an
+// anchor at position p of a sequence `tokens` [L],
+//   slot j (0-based, j < γ) predicts tokens[p+1+j]                (label)
+//   its target distribution is softmax(LMHead(h^t_{p+j}))          (the target's
+//     prediction from the ground-truth prefix ending at p+j)
+//   the previous token fed to the sequential head is tokens[p+j]  (teacher
+//     forcing; for j = 0 that is the anchor itself)
+//   the drafter sees context features of positions < p only
+//   slot j is valid iff p+1+j < L, loss_mask[p+1+j] = 1 and every slot
+//     before it is valid (cumulative mask).
+// Anchors are positions p >= 1 with loss_mask[p] = loss_mask[p+1] = 1.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <random>
+#include <span>
+#include <vector>
+
+#include "dspark/model/target.hpp"
+#include "dspark/train/drafter_graph.hpp"
+
+namespace dspark::train {
+
+/// Loss weights and position decay. Defaults: the reference code's values.
+struct LossOptions {
+  double w_ce = 0.1;          // cross-entropy against the data token
+  double w_l1 = 0.9;          // Σ_v |p^d − p^t| (twice the total variation)
+  double w_bce = 1.0;         // confidence head vs c* = clamp(1 − ½·L1, 0, 1)
+  double gamma_decay = 4.0;   // w_j = exp(−j / gamma_decay), j 0-based
+};
+
+/// Positions eligible as anchors: p >= 1, p + 1 < L, loss_mask[p] and
+/// loss_mask[p+1] non-zero. Ascending.
+std::vector<int64_t> eligible_anchors(std::span<const uint8_t> loss_mask);
+
+/// Up to `max_anchors` distinct eligible anchors drawn uniformly without
+/// replacement with `rng`, returned in ascending order (all of them when
+/// there are fewer). Deterministic for a given rng state.
+std::vector<int64_t> sample_anchors(std::span<const uint8_t> loss_mask, int max_anchors,
+                                    std::mt19937_64& rng);
+
+/// Per-slot training targets of N anchors of one sequence.
+struct SlotTargets {
+  at::Tensor anchors;      // [N] int64   p_i
+  at::Tensor prev_tokens;  // [N, γ] int64 tokens[p_i + j] (0 past the end)
+  at::Tensor labels;       // [N, γ] int64 tokens[p_i + 1 + j] (0 where invalid)
+  at::Tensor target_pos;   // [N, γ] int64 p_i + j, clamped to L−1 (position of the target distribution)
+  at::Tensor valid;        // [N, γ] bool  cumulative validity
+};
+
+/// Builds the targets for `anchors` (each in [0, L)) with block size `gamma`.
+/// Throws InvalidArgument when the token and mask lengths differ, an anchor
+/// is out of range or gamma is outside [1, kMaxGamma].
+SlotTargets make_slot_targets(std::span<const TokenId> tokens, std::span<const uint8_t> loss_mask,
+                              std::span<const int64_t> anchors, int gamma);
+
+/// Target distributions p^t [N, γ, V] fp32 (no gradient):
+/// softmax(softcap(final_hidden[target_pos] · lm_headᵀ)).
+///   final_hidden  [L, d] the target's final-normed hidden states (fp32)
+///   lm_head       [V, d] the target's LM head (any floating dtype)
+///   target_pos    [N, γ] int64 rows of final_hidden
+///   softcap       > 0: logits ← softcap·tanh(logits/softcap) (Gemma); 0: none
+///   precision     matmul precision of the head product (fp32 inputs)
+/// Throws InvalidArgument on shape mismatches.
+at::Tensor target_probs(const at::Tensor& final_hidden, const at::Tensor& lm_head,
+                        const at::Tensor& target_pos, double softcap = 0.0,
+                        MatmulPrecision precision = MatmulPrecision::BFloat16);
+
+/// The loss of one group of anchors.
+struct LossTerms {
+  at::Tensor total;    // scalar: (w_ce·ΣCE + w_l1·ΣL1 + w_bce·ΣBCE) / normalizer (differentiable)
+  double ce = 0;       // Σ_slots w_j·valid·CE_j   (sums, divide by weight_sum for the mean)
+  double l1 = 0;       // Σ_slots w_j·valid·L1_j
+  double bce = 0;      // Σ_slots w_j·valid·BCE_j
+  double weight_sum = 0;  // Σ_slots w_j·valid
+  at::Tensor c_star;   // [N, γ] the confidence labels used (detached)
+  at::Tensor l1_slot;  // [N, γ] L1_j per slot (detached)
+};
+
+/// Σ_j w_j over the valid slots of `valid` [N, γ] (the normalizer of a batch
+/// is the sum of this over all of its groups).
+double slot_weight_sum(const at::Tensor& valid, double gamma_decay);
+
+/// The DSpark loss (Eq. 9-12) of one group of anchors:
+///   CE_j  = −log softmax(logits_j)[label_j]
+///   L1_j  = Σ_v |softmax(logits_j)(v) − p^t_j(v)|
+///   c*_j  = clamp(1 − ½·L1_j, 0, 1) (no gradient)
+///   BCE_j = BCE-with-logits(z_j, c*_j)
+/// each weighted by w_j·valid_j and divided by `normalizer` (> 0; pass the
+/// batch's total slot_weight_sum so that summing the totals of all groups
+/// gives the w-weighted mean over the batch; <= 0 means this group's own
+/// weight sum). `out` comes from DrafterGraph::forward with the targets'
+/// prev_tokens; `p_target` is [N, γ, V] from target_probs. `c_star_override`
+/// [N, γ], when defined, replaces c* (gradient checks hold it fixed).
+/// A group without valid slots yields total = 0. Throws InvalidArgument on
+/// shape mismatches.
+LossTerms dspark_loss(const GraphOut& out, const at::Tensor& p_target, const SlotTargets& t,
+                      const LossOptions& opts, double normalizer = 0.0,
+                      const at::Tensor& c_star_override = {});
+
+/// Teacher-forced acceptance statistics (evaluation).
+struct AcceptanceStats {
+  int64_t anchors = 0;
+  double tau_greedy = 0;   // Σ over anchors of 1 + Σ_k Π_{i≤k} [argmax logits_i = argmax p^t_i]·valid_i
+  double tau_sample = 0;   // Σ over anchors of 1 + Σ_k Π_{i≤k} c*_i·valid_i  (expected, T = 1)
+  std::vector<int64_t> reached;   // [γ] anchors whose greedy prefix reached slot k
+  std::vector<int64_t> accepted;  // [γ] ... and accepted it
+  double ce = 0, l1 = 0, bce = 0, weight_sum = 0;  // LossTerms sums, for the mean eval loss terms
+
+  /// Mean τ estimates (0 when no anchors).
+  double mean_tau_greedy() const { return anchors ? tau_greedy / anchors : 0; }
+  double mean_tau_sample() const { return anchors ? tau_sample / anchors : 0; }
+  /// Conditional greedy acceptance per slot: accepted[k] / reached[k].
+  std::vector<double> acceptance_by_position() const;
+};
+
+/// Adds the anchors of one group to `stats`. A slot that is invalid (past the
+/// supervised span) counts as rejected, so τ estimates near the end of a
+/// response are conservative.
+void accumulate_acceptance(const GraphOut& out, const at::Tensor& p_target, const SlotTargets& t,
+                           const LossTerms& loss, AcceptanceStats& stats);
+
+}  // namespace dspark::train

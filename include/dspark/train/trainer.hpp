@@ -1,0 +1,154 @@
+// dspark/train/trainer.hpp — the drafter trainer behind `dspark train`
+// (dspark-method.md §4).
+//
+// Each step draws `batch` anchors: sequences are visited in a seeded random
+// order (a new permutation per epoch), and up to `anchors_per_seq` anchors are
+// sampled from each (see sample_anchors). For every visited sequence the
+// target is run once over its tokens with hidden-state taps (context features
+// and the final-normed hidden, from which the target distributions come);
+// nothing is cached on disk. The drafter's teacher-forced forward
+// (DrafterGraph) and the DSpark loss (Eq. 9-12) are evaluated per sequence and
+// back-propagated, normalized by the batch's total position weight, so the
+// step's gradient is that of the w-weighted mean over the whole batch. Then:
+// global gradient-norm clipping, AdamW (fp32 master weights; target,
+// embedding and LM head frozen), learning rate with linear warmup and cosine
+// decay to 0.
+//
+// Output directory layout:
+//   OUT/dspark.json, OUT/model.safetensors   the drafter, bf16 (loadable by
+//                                             generate/bench), rewritten at
+//                                             every checkpoint and at the end
+//   OUT/checkpoints/step-NNNNNNNN/           fp32 drafter (save_drafter),
+//        optimizer.pt                        AdamW state (torch serialization)
+//        trainer_state.json                  step, data order, RNG, config
+//   OUT/checkpoints/latest.json              {"step", "dir"}: written last and
+//                                             atomically; resume reads it
+//   OUT/metrics.jsonl                        one JSON object per logged step / eval
+// Every file is replaced atomically, and a checkpoint becomes visible only
+// when latest.json names it, so a crash never leaves a half checkpoint in use.
+// Resuming restores parameters, optimizer moments, step, data order and RNG,
+// so a resumed run continues bit-for-bit like an uninterrupted one.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dspark/model/target.hpp"
+#include "dspark/spec/drafter.hpp"
+#include "dspark/train/loss.hpp"
+
+namespace dspark::train {
+
+/// How progress is printed (to stderr).
+enum class Progress {
+  Auto,   // a live line when stderr is a terminal, else Lines
+  Live,   // one line rewritten every step (\r), evaluations on their own lines
+  Lines,  // one line every log_every steps
+  None,   // silent (metrics.jsonl is still written)
+};
+
+struct TrainConfig {
+  std::string data_dir;        // data set (see data.hpp)
+  std::string out_dir;         // output directory (see above)
+  /// Start from this drafter directory (e.g. `dspark init-drafter` output);
+  /// empty: a fresh drafter from `drafter`, completed from the target.
+  std::string init_drafter;
+  DrafterConfig drafter;       // used when init_drafter is empty
+  int64_t steps = 1000;        // optimizer steps in total
+  int batch = 32;              // anchors per step
+  int anchors_per_seq = 16;    // at most this many anchors from one sequence per step
+  double lr = 6e-4;            // peak learning rate
+  double warmup = 0.04;        // fraction of steps with linear warmup
+  double weight_decay = 0.0;   // AdamW decoupled weight decay
+  double grad_clip = 1.0;      // max global gradient L2 norm (<= 0: no clipping)
+  double adam_beta1 = 0.9, adam_beta2 = 0.999, adam_eps = 1e-8;
+  int64_t save_every = 500;    // checkpoint period in steps (0: only at the end)
+  int64_t eval_every = 250;    // evaluation period in steps (0: only at the end)
+  int64_t log_every = 10;      // Lines mode / metrics.jsonl period
+  uint64_t seed = 0;           // drafter init, data order, anchors, eval split
+  LossOptions loss;            // weights and gamma_decay
+  double eval_fraction = 0.02; // share of sequences held out for evaluation
+  int eval_max_sequences = 16; // cap on held-out sequences
+  int eval_anchors_per_seq = 32;
+  int64_t max_len = 0;         // truncate sequences to this many tokens (0: the target's context)
+  int64_t feature_cache_mb = 0;  // keep target features of up to this many MiB in memory
+  MatmulPrecision precision = MatmulPrecision::BFloat16;
+  int keep_checkpoints = 2;    // step directories kept under checkpoints/
+  bool resume = false;         // continue from OUT/checkpoints/latest.json
+  Progress progress = Progress::Auto;
+
+  /// Throws InvalidArgument naming the first field out of range.
+  void validate() const;
+};
+
+/// Learning rate of step `step` (0-based): linear warmup over
+/// ceil(warmup·steps) steps from lr/warm to lr, then cosine decay towards 0
+/// at `steps`.
+double lr_at(const TrainConfig& cfg, int64_t step);
+
+/// Figures of one optimizer step.
+struct StepStats {
+  int64_t step = 0;        // steps completed after this one
+  double loss = 0;         // w-weighted mean total loss of the batch
+  double ce = 0, l1 = 0, bce = 0;  // w-weighted means of each term
+  double lr = 0;           // learning rate used
+  double grad_norm = 0;    // global norm before clipping
+  int64_t anchors = 0;     // anchors in the batch
+  int64_t sequences = 0;   // sequences visited
+  int64_t tokens = 0;      // tokens run through the target
+  double valid_slots = 0;  // supervised slots
+  double seconds = 0;      // wall time of the step
+  double target_seconds = 0;  // ... spent in the target forward (features)
+};
+
+/// Evaluation on the held-out split.
+struct EvalStats {
+  AcceptanceStats acceptance;
+  double loss = 0, ce = 0, l1 = 0, bce = 0;  // w-weighted means
+  int64_t sequences = 0;
+  bool held_out = true;    // false: no sequence was held out, the training split was used
+  double seconds = 0;
+};
+
+class Trainer {
+ public:
+  /// Loads the data set, splits it, builds (or, with cfg.resume, restores)
+  /// the drafter and the optimizer. `target` must outlive the trainer.
+  /// Throws dspark::Error / FormatError / InvalidArgument when the data set
+  /// is unreadable, was made for another target (target_id mismatch), holds
+  /// no trainable anchor, the initial drafter does not match the target, or
+  /// a checkpoint to resume from is missing or inconsistent.
+  Trainer(TrainConfig cfg, TargetModel& target);
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  /// One optimizer step (see the file comment).
+  StepStats step();
+  /// Teacher-forced loss and acceptance on the held-out split (fixed anchors,
+  /// drawn once from the seed), no gradient.
+  EvalStats evaluate();
+  /// Writes a checkpoint for the current step and the bf16 export in out_dir.
+  void save_checkpoint();
+  /// Runs steps until cfg.steps with progress output, periodic evaluation and
+  /// checkpoints, then evaluates, checkpoints and exports. Returns the last
+  /// evaluation.
+  EvalStats run();
+
+  int64_t steps_done() const;
+  const TrainConfig& config() const;
+  /// The drafter being trained (parameters require gradients; call
+  /// Drafter::bind before using it for inference).
+  Drafter& drafter();
+  /// Sequence indices of the training and held-out splits.
+  const std::vector<size_t>& train_indices() const;
+  const std::vector<size_t>& eval_indices() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dspark::train

@@ -1,0 +1,144 @@
+// `dspark serve`: an OpenAI-compatible HTTP server that batches speculative
+// decoding across requests (docs/serving.md).
+#include <pthread.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <thread>
+
+#include "common.hpp"
+#include "drafter_options.hpp"
+#include "dspark/error.hpp"
+#include "dspark/model/loaded_model.hpp"
+#include "dspark/serve/engine.hpp"
+#include "dspark/serve/server.hpp"
+#include "dspark/spec/sps_profile.hpp"
+
+namespace dspark::cli {
+
+class ServeCommand : public Command {
+ public:
+  explicit ServeCommand(CLI::App& parent) {
+    app_ = parent.add_subcommand("serve", "serve the model over an OpenAI-compatible HTTP API");
+    model_.add(*app_);
+    drafter_.add(*app_);
+    app_->add_option("--host", host_, "address to listen on")->capture_default_str();
+    app_->add_option("--port", port_, "port to listen on (0: any free port)")
+        ->check(CLI::Range(0, 65535))
+        ->capture_default_str();
+    app_->add_option("--parallel", parallel_, "requests decoded together (batch slots)")
+        ->check(CLI::Range(1, 1024))
+        ->capture_default_str();
+    app_->add_option("-n,--n-predict", n_predict_, "max_tokens for requests that set none")
+        ->check(CLI::PositiveNumber)
+        ->capture_default_str();
+    app_->add_option("--sps", sps_,
+                     "SPS profile for the prefix scheduler: 'auto' (the `dspark profile` file of the "
+                     "model, if any), 'measure' (profile at startup), 'none' (verify every drafted "
+                     "position) or a profile file")
+        ->capture_default_str();
+    app_->add_option("--http-threads", http_threads_, "HTTP worker threads (0: 4 x parallel + 16)")
+        ->check(CLI::Range(0, 4096));
+    add_sampling_options(*app_, sampling_);
+  }
+  CLI::App* app() const { return app_; }
+
+  int run() override {
+    sampling_.validate();
+    // SIGINT/SIGTERM are taken by one thread with sigwait(); block them here,
+    // before any other thread starts, so every thread inherits the mask.
+    sigset_t stop_signals;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGINT);
+    sigaddset(&stop_signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+    model_.apply_threads();
+    LoadedModel m = LoadedModel::load(model_.model);
+    const auto drafter = drafter_.load(model_.model, *m.target);
+
+    serve::EngineOptions eo;
+    eo.parallel = parallel_;
+    eo.spec = drafter_.spec();
+    if (drafter) eo.sps = sps_curve(*m.target, *drafter);
+    serve::Engine engine(*m.target, *m.tokenizer, drafter.get(), eo);
+
+    serve::ServerOptions so;
+    so.host = host_;
+    so.port = port_;
+    so.model_name = model_name();
+    so.ctx_size = model_.ctx_size;
+    so.default_max_tokens = n_predict_;
+    so.defaults = sampling_;
+    so.http_threads = http_threads_;
+    serve::Server server(m, engine, so);
+    const int port = server.bind();
+
+    std::thread signals([&] {
+      int sig = 0;
+      sigwait(&stop_signals, &sig);
+      engine.shutdown();
+      server.stop();
+    });
+    std::cerr << "dspark serve: " << so.model_name << " ("
+              << (drafter ? (eo.sps.empty() ? "speculative" : "speculative, scheduled") : "plain")
+              << ", parallel " << parallel_ << ") listening on http://" << host_ << ":" << port
+              << std::endl;
+    server.listen();
+    // listen() also returns when the socket fails; wake the signal thread.
+    pthread_kill(signals.native_handle(), SIGTERM);
+    signals.join();
+    std::cerr << "dspark serve: stopped" << std::endl;
+    return 0;
+  }
+
+ private:
+  // The SPS curve the --sps option asks for (empty: no scheduling).
+  std::vector<double> sps_curve(TargetModel& target, const Drafter& drafter) const {
+    if (sps_ == "none") return {};
+    if (sps_ == "measure") {
+      SpsProfileOptions po;
+      const int gamma = drafter_.gamma > 0 ? drafter_.gamma : drafter.gamma();
+      po.bmax = std::min<int>(parallel_ * (gamma + 1), 256);
+      po.context = 64;
+      po.repetitions = 3;
+      std::cerr << "measuring SPS(B) for B = 1.." << po.bmax << " ..." << std::endl;
+      return measure_sps(target, po).sps;
+    }
+    std::string path = sps_;
+    if (sps_ == "auto") {
+      path = default_profile_path(target.info().id);
+      if (!std::filesystem::exists(path)) return {};
+    }
+    return load_sps_profile(path).sps;
+  }
+
+  // The -m value's file stem ("smollm2", "SmolLM2-135M-Instruct.Q4_1").
+  std::string model_name() const {
+    std::string stem = std::filesystem::path(model_.model).filename().string();
+    if (stem.size() > 5 && stem.ends_with(".gguf")) stem.resize(stem.size() - 5);
+    return stem.empty() ? "dspark" : stem;
+  }
+
+  CLI::App* app_;
+  ModelOptions model_;
+  DrafterOptions drafter_;
+  SamplingParams sampling_;
+  std::string host_ = "127.0.0.1";
+  int port_ = 8080;
+  int parallel_ = 8;
+  int64_t n_predict_ = 256;
+  std::string sps_ = "auto";
+  int http_threads_ = 0;
+};
+
+std::unique_ptr<Command> make_serve(CLI::App& app, CLI::App*& sub) {
+  auto c = std::make_unique<ServeCommand>(app);
+  sub = c->app();
+  return c;
+}
+
+}  // namespace dspark::cli

@@ -1,0 +1,94 @@
+// `dspark train`: trains a DSpark drafter on a data set written by
+// `dspark regen` (see include/dspark/train/trainer.hpp).
+#include <cstdio>
+#include <iostream>
+
+#include "common.hpp"
+#include "dspark/error.hpp"
+#include "dspark/model/target.hpp"
+#include "dspark/train/trainer.hpp"
+
+namespace dspark::cli {
+
+class TrainCommand : public Command {
+ public:
+  explicit TrainCommand(CLI::App& parent) {
+    app_ = parent.add_subcommand("train", "train a DSpark drafter on regenerated data");
+    model_.add(*app_);
+    auto& c = cfg_;
+    app_->add_option("--data", c.data_dir, "data set directory (dspark regen --out)")->required();
+    app_->add_option("--out", c.out_dir, "output directory (drafter, checkpoints, metrics.jsonl)")->required();
+    app_->add_option("--init", c.init_drafter, "start from this drafter directory (default: a fresh drafter)");
+    app_->add_option("--head", head_, "sequential head of a fresh drafter: none, markov, gated, rnn, elman")
+        ->capture_default_str();
+    app_->add_option("--layers", c.drafter.n_layers, "draft layers of a fresh drafter")->capture_default_str();
+    app_->add_option("--gamma", c.drafter.gamma, "block size γ of a fresh drafter")->capture_default_str();
+    app_->add_option("--markov-rank", c.drafter.markov_rank, "Markov rank r (multiple of 32)")
+        ->capture_default_str();
+    app_->add_option("--mask-token", c.drafter.mask_token_id,
+                     "embedding row used as MASK (-1: a learned mask embedding)")
+        ->capture_default_str();
+    app_->add_option("--steps", c.steps, "optimizer steps")->check(CLI::PositiveNumber)->capture_default_str();
+    app_->add_option("--batch", c.batch, "anchors per step")->check(CLI::PositiveNumber)->capture_default_str();
+    app_->add_option("--anchors-per-seq", c.anchors_per_seq, "most anchors drawn from one sequence per step")
+        ->check(CLI::PositiveNumber)
+        ->capture_default_str();
+    app_->add_option("--lr", c.lr, "peak learning rate")->capture_default_str();
+    app_->add_option("--warmup", c.warmup, "fraction of steps of linear warmup")->capture_default_str();
+    app_->add_option("--weight-decay", c.weight_decay, "AdamW weight decay")->capture_default_str();
+    app_->add_option("--grad-clip", c.grad_clip, "max global gradient norm (0: off)")->capture_default_str();
+    app_->add_option("--gamma-decay", c.loss.gamma_decay, "position weight decay: w_j = exp(-j/gamma_decay)")
+        ->capture_default_str();
+    app_->add_option("--save-every", c.save_every, "checkpoint period in steps (0: at the end only)")
+        ->capture_default_str();
+    app_->add_option("--eval-every", c.eval_every, "evaluation period in steps (0: at the end only)")
+        ->capture_default_str();
+    app_->add_option("--log-every", c.log_every, "log period in steps")->check(CLI::PositiveNumber)->capture_default_str();
+    app_->add_option("--seed", c.seed, "seed of init, data order and anchors")->capture_default_str();
+    app_->add_option("--eval-fraction", c.eval_fraction, "share of sequences held out")->capture_default_str();
+    app_->add_option("--eval-sequences", c.eval_max_sequences, "most held-out sequences")->capture_default_str();
+    app_->add_option("--max-len", c.max_len, "truncate sequences to this many tokens (0: the context)")
+        ->capture_default_str();
+    app_->add_option("--feature-cache-mb", c.feature_cache_mb,
+                     "keep target features of up to this many MiB in memory (0: recompute)")
+        ->capture_default_str();
+    app_->add_option("--precision", precision_, "matmul precision: bf16 or fp32")->capture_default_str();
+    app_->add_flag("--resume", c.resume, "continue from OUT/checkpoints/latest.json");
+    app_->add_flag("-q,--quiet", quiet_, "no progress output");
+  }
+  CLI::App* app() const { return app_; }
+
+  int run() override {
+    if (precision_ == "bf16") cfg_.precision = train::MatmulPrecision::BFloat16;
+    else if (precision_ == "fp32") cfg_.precision = train::MatmulPrecision::Float32;
+    else throw InvalidArgument("--precision must be bf16 or fp32, got '" + precision_ + "'");
+    cfg_.drafter.seq_head = parse_seq_head(head_);
+    if (quiet_) cfg_.progress = train::Progress::None;
+    cfg_.validate();
+    model_.apply_threads();
+    auto target = load_target(model_.model);
+    train::Trainer trainer(cfg_, *target);
+    train::EvalStats ev = trainer.run();
+    const auto& a = ev.acceptance;
+    std::printf("step %lld: eval loss %.4f | tau greedy %.3f | tau sample %.3f (%s, %lld anchors) -> %s\n",
+                static_cast<long long>(trainer.steps_done()), ev.loss, a.mean_tau_greedy(), a.mean_tau_sample(),
+                ev.held_out ? "held-out" : "training split", static_cast<long long>(a.anchors),
+                cfg_.out_dir.c_str());
+    return 0;
+  }
+
+ private:
+  CLI::App* app_;
+  ModelOptions model_;
+  train::TrainConfig cfg_;
+  std::string head_ = "markov", precision_ = "bf16";
+  bool quiet_ = false;
+};
+
+std::unique_ptr<Command> make_train(CLI::App& app, CLI::App*& sub) {
+  auto c = std::make_unique<TrainCommand>(app);
+  sub = c->app();
+  return c;
+}
+
+}  // namespace dspark::cli

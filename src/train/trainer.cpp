@@ -1,0 +1,599 @@
+// The drafter trainer; see include/dspark/train/trainer.hpp.
+#include "dspark/train/trainer.hpp"
+
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <list>
+#include <numeric>
+#include <sstream>
+#include <unordered_map>
+
+#include "dspark/error.hpp"
+#include "dspark/io/atomic_file.hpp"
+#include "dspark/spec/checkpoint.hpp"
+#include "dspark/train/data.hpp"
+#include "dspark/train/drafter_graph.hpp"
+
+namespace dspark::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+constexpr uint64_t kSplitSalt = 0x5EED'0001'D5BA'4C00ULL;
+constexpr uint64_t kEvalSalt = 0x5EED'0002'D5BA'4C00ULL;
+constexpr uint64_t kEpochSalt = 0x9E37'79B9'7F4A'7C15ULL;
+
+// Fisher-Yates with explicit modular draws (identical on every standard library).
+void shuffle(std::vector<size_t>& v, std::mt19937_64& rng) {
+  for (size_t i = v.size(); i > 1; --i) std::swap(v[i - 1], v[static_cast<size_t>(rng() % i)]);
+}
+
+std::string step_dir_name(int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "step-%08lld", static_cast<long long>(step));
+  return buf;
+}
+
+std::string format_duration(double s) {
+  if (!std::isfinite(s) || s < 0) return "?";
+  const long long t = std::llround(s);
+  char buf[32];
+  if (t >= 3600) std::snprintf(buf, sizeof(buf), "%lldh%02lldm", t / 3600, (t / 60) % 60);
+  else std::snprintf(buf, sizeof(buf), "%lldm%02llds", t / 60, t % 60);
+  return buf;
+}
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw Error(path + ": cannot open");
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw FormatError(path + ": invalid JSON: " + e.what());
+  }
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path + ": cannot open");
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// The fields that must not change across a resume (they define the data
+// order and the meaning of the saved step).
+nlohmann::json identity_json(const TrainConfig& c) {
+  return {{"seed", c.seed},
+          {"batch", c.batch},
+          {"anchors_per_seq", c.anchors_per_seq},
+          {"eval_fraction", c.eval_fraction},
+          {"eval_max_sequences", c.eval_max_sequences},
+          {"max_len", c.max_len}};
+}
+
+nlohmann::json config_json(const TrainConfig& c) {
+  nlohmann::json j = identity_json(c);
+  j.update({{"steps", c.steps},
+            {"lr", c.lr},
+            {"warmup", c.warmup},
+            {"weight_decay", c.weight_decay},
+            {"grad_clip", c.grad_clip},
+            {"gamma_decay", c.loss.gamma_decay},
+            {"loss_weights", {c.loss.w_ce, c.loss.w_l1, c.loss.w_bce}},
+            {"precision", c.precision == MatmulPrecision::BFloat16 ? "bf16" : "fp32"},
+            {"data_dir", c.data_dir}});
+  return j;
+}
+
+}  // namespace
+
+void TrainConfig::validate() const {
+  auto need = [](bool ok, const std::string& what) {
+    if (!ok) throw InvalidArgument("train config: " + what);
+  };
+  need(!data_dir.empty(), "a data directory is required");
+  need(!out_dir.empty(), "an output directory is required");
+  need(steps >= 1, "steps must be >= 1");
+  need(batch >= 1, "batch must be >= 1");
+  need(anchors_per_seq >= 1, "anchors_per_seq must be >= 1");
+  need(lr > 0 && std::isfinite(lr), "lr must be positive");
+  need(warmup >= 0 && warmup < 1, "warmup must be in [0, 1)");
+  need(weight_decay >= 0, "weight_decay must be >= 0");
+  need(save_every >= 0 && eval_every >= 0 && log_every >= 1,
+       "save_every/eval_every must be >= 0 and log_every >= 1");
+  need(loss.gamma_decay > 0, "gamma_decay must be positive");
+  need(loss.w_ce >= 0 && loss.w_l1 >= 0 && loss.w_bce >= 0, "loss weights must be >= 0");
+  need(eval_fraction >= 0 && eval_fraction < 1, "eval_fraction must be in [0, 1)");
+  need(eval_max_sequences >= 0 && eval_anchors_per_seq >= 1, "eval sizes must be positive");
+  need(max_len >= 0 && feature_cache_mb >= 0, "max_len and feature_cache_mb must be >= 0");
+  need(keep_checkpoints >= 1, "keep_checkpoints must be >= 1");
+}
+
+double lr_at(const TrainConfig& c, int64_t step) {
+  const int64_t warm = c.warmup > 0 ? static_cast<int64_t>(std::ceil(c.warmup * static_cast<double>(c.steps))) : 0;
+  if (step < warm) return c.lr * static_cast<double>(step + 1) / static_cast<double>(warm);
+  const double progress =
+      static_cast<double>(step - warm) / static_cast<double>(std::max<int64_t>(1, c.steps - warm));
+  return c.lr * 0.5 * (1.0 + std::cos(M_PI * std::min(1.0, progress)));
+}
+
+struct Trainer::Impl {
+  TrainConfig cfg;
+  TargetModel& target;
+  TrainDataset data;
+  std::unique_ptr<Drafter> drafter;
+  std::unique_ptr<DrafterGraph> graph;
+  std::vector<at::Tensor> params;  // in param_spec order (the optimizer's order)
+  std::unique_ptr<torch::optim::AdamW> opt;
+  std::vector<size_t> train_idx, eval_idx;
+  bool eval_held_out = true;
+  std::vector<std::vector<int64_t>> eval_anchors;  // per eval_idx entry
+
+  // Data order state (checkpointed).
+  int64_t step = 0;
+  int64_t epoch = 0;
+  size_t cursor = 0;
+  std::vector<size_t> order;
+  std::mt19937_64 rng;
+
+  // Target features: taps [L, m*d] and final-normed hidden [L, d], fp32.
+  struct Features {
+    at::Tensor taps, final_hidden;
+    int64_t bytes() const { return (taps.numel() + final_hidden.numel()) * 4; }
+  };
+  std::unordered_map<size_t, Features> eval_cache;
+  std::unordered_map<size_t, std::pair<Features, std::list<size_t>::iterator>> cache;
+  std::list<size_t> lru;
+  int64_t cache_bytes = 0;
+
+  Impl(TrainConfig c, TargetModel& t) : cfg(std::move(c)), target(t) {}
+
+  int64_t max_len() const {
+    const int64_t ctx = target.info().context;
+    return cfg.max_len > 0 ? (ctx > 0 ? std::min(cfg.max_len, ctx) : cfg.max_len) : ctx;
+  }
+  std::span<const TokenId> tokens(size_t i) const {
+    const auto& s = data.sequences[i].tokens;
+    return {s.data(), static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(s.size()), max_len()))};
+  }
+  std::span<const uint8_t> mask(size_t i) const {
+    const auto& s = data.sequences[i].loss_mask;
+    return {s.data(), static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(s.size()), max_len()))};
+  }
+
+  Features run_target(size_t i) {
+    auto toks = tokens(i);
+    KVCache kv = target.new_cache(static_cast<int64_t>(toks.size()));
+    ForwardOut o = target.forward_one(kv, toks, Logits::None,
+                                      TapRequest{drafter->config().tap_layers, /*final_hidden=*/true});
+    return {o.taps, o.final_hidden};
+  }
+
+  Features features(size_t i, bool eval, double& seconds, int64_t& n_tokens) {
+    if (eval) {
+      if (auto it = eval_cache.find(i); it != eval_cache.end()) return it->second;
+    } else if (auto it = cache.find(i); it != cache.end()) {
+      lru.splice(lru.begin(), lru, it->second.second);
+      return it->second.first;
+    }
+    const auto t0 = Clock::now();
+    Features f = run_target(i);
+    seconds += since(t0);
+    n_tokens += f.taps.size(0);
+    if (eval) {
+      eval_cache.emplace(i, f);
+    } else if (cfg.feature_cache_mb > 0 && f.bytes() <= cfg.feature_cache_mb * (int64_t{1} << 20)) {
+      while (cache_bytes + f.bytes() > cfg.feature_cache_mb * (int64_t{1} << 20) && !lru.empty()) {
+        auto victim = cache.find(lru.back());
+        cache_bytes -= victim->second.first.bytes();
+        cache.erase(victim);
+        lru.pop_back();
+      }
+      lru.push_front(i);
+      cache.emplace(i, std::make_pair(f, lru.begin()));
+      cache_bytes += f.bytes();
+    }
+    return f;
+  }
+
+  void new_epoch_order() {
+    order = train_idx;
+    std::mt19937_64 r(cfg.seed * kEpochSalt + static_cast<uint64_t>(epoch) + 1);
+    shuffle(order, r);
+    cursor = 0;
+  }
+
+  size_t next_sequence() {
+    if (cursor >= order.size()) {
+      ++epoch;
+      new_epoch_order();
+    }
+    return order[cursor++];
+  }
+
+  void setup_params_and_optimizer() {
+    params.clear();
+    auto& mp = drafter->mutable_params();
+    for (const auto& [name, shape] : Drafter::param_spec(drafter->config())) {
+      at::Tensor& p = mp.at(name);
+      p = p.detach().contiguous();
+      p.requires_grad_(true);
+      params.push_back(p);
+    }
+    opt = std::make_unique<torch::optim::AdamW>(
+        params, torch::optim::AdamWOptions(cfg.lr)
+                    .betas({cfg.adam_beta1, cfg.adam_beta2})
+                    .eps(cfg.adam_eps)
+                    .weight_decay(cfg.weight_decay));
+    graph = std::make_unique<DrafterGraph>(drafter->config(), target.embedding(), target.lm_head(),
+                                           GraphOptions{cfg.precision});
+  }
+
+  void split() {
+    const size_t n = data.sequences.size();
+    std::vector<size_t> all(n);
+    std::iota(all.begin(), all.end(), size_t{0});
+    std::mt19937_64 r(cfg.seed ^ kSplitSalt);
+    shuffle(all, r);
+    size_t n_eval = n >= 2 ? static_cast<size_t>(std::floor(cfg.eval_fraction * static_cast<double>(n))) : 0;
+    n_eval = std::min<size_t>(n_eval, static_cast<size_t>(cfg.eval_max_sequences));
+    eval_idx.assign(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(n_eval));
+    train_idx.assign(all.begin() + static_cast<std::ptrdiff_t>(n_eval), all.end());
+    std::sort(eval_idx.begin(), eval_idx.end());
+    std::sort(train_idx.begin(), train_idx.end());
+    // Only sequences with at least one anchor take part.
+    auto no_anchor = [&](size_t i) { return eligible_anchors(mask(i)).empty(); };
+    std::erase_if(train_idx, no_anchor);
+    std::erase_if(eval_idx, no_anchor);
+    if (train_idx.empty())
+      throw Error(cfg.data_dir + ": no sequence has a trainable anchor (two consecutive supervised "
+                  "tokens after position 0)");
+    eval_held_out = !eval_idx.empty();
+    if (!eval_held_out) {
+      const size_t k = std::min<size_t>(train_idx.size(), std::max(1, cfg.eval_max_sequences));
+      eval_idx.assign(train_idx.begin(), train_idx.begin() + static_cast<std::ptrdiff_t>(k));
+    }
+    eval_anchors.clear();
+    for (size_t i : eval_idx) {
+      std::mt19937_64 r2(cfg.seed ^ kEvalSalt ^ (static_cast<uint64_t>(i) * kEpochSalt));
+      eval_anchors.push_back(sample_anchors(mask(i), cfg.eval_anchors_per_seq, r2));
+    }
+  }
+
+  // ---- checkpoints --------------------------------------------------------
+
+  fs::path ckpt_root() const { return fs::path(cfg.out_dir) / "checkpoints"; }
+
+  void save() {
+    fs::create_directories(ckpt_root());
+    const std::string name = step_dir_name(step);
+    const fs::path dir = ckpt_root() / name;
+    std::error_code ec;
+    fs::remove_all(dir, ec);  // a leftover of an interrupted save of this step
+    const nlohmann::json train_extra = {{"train", {{"step", step}}}};
+    save_drafter(*drafter, dir.string(), /*bf16=*/false, train_extra);
+
+    torch::serialize::OutputArchive ar;
+    opt->save(ar);
+    std::ostringstream os;
+    ar.save_to(os);
+    const std::string opt_bytes = os.str();
+    io::write_file_atomic((dir / "optimizer.pt").string(), opt_bytes);
+
+    std::ostringstream rs;
+    rs << rng;
+    nlohmann::json state = {{"step", step},
+                            {"epoch", epoch},
+                            {"cursor", cursor},
+                            {"rng", rs.str()},
+                            {"optimizer_bytes", opt_bytes.size()},
+                            {"identity", identity_json(cfg)},
+                            {"config", config_json(cfg)}};
+    io::write_json_atomic((dir / "trainer_state.json").string(), state);
+    io::write_json_atomic((ckpt_root() / "latest.json").string(), {{"step", step}, {"dir", name}});
+
+    // The shipping export (bf16) next to the checkpoints.
+    save_drafter(*drafter, cfg.out_dir, /*bf16=*/true, train_extra);
+
+    // Keep the newest keep_checkpoints step directories.
+    std::vector<std::string> dirs;
+    for (const auto& e : fs::directory_iterator(ckpt_root()))
+      if (e.is_directory() && e.path().filename().string().rfind("step-", 0) == 0)
+        dirs.push_back(e.path().filename().string());
+    std::sort(dirs.begin(), dirs.end());
+    for (size_t k = 0; k + static_cast<size_t>(cfg.keep_checkpoints) < dirs.size(); ++k)
+      if (dirs[k] != name) fs::remove_all(ckpt_root() / dirs[k], ec);
+  }
+
+  void resume() {
+    const std::string latest = (ckpt_root() / "latest.json").string();
+    if (!fs::exists(latest))
+      throw Error(latest + ": no checkpoint to resume from (train without --resume first)");
+    const nlohmann::json lj = read_json(latest);
+    if (!lj.contains("dir") || !lj["dir"].is_string() || !lj.contains("step"))
+      throw FormatError(latest + ": expected {\"step\", \"dir\"}");
+    const fs::path dir = ckpt_root() / lj["dir"].get<std::string>();
+    const std::string spath = (dir / "trainer_state.json").string();
+    const nlohmann::json st = read_json(spath);
+    const int64_t s = st.value("step", int64_t{-1});
+    if (s != lj["step"].get<int64_t>())
+      throw FormatError(spath + ": step " + std::to_string(s) + " does not match latest.json step " +
+                        std::to_string(lj["step"].get<int64_t>()));
+    if (st.value("identity", nlohmann::json()) != identity_json(cfg))
+      throw InvalidArgument(spath + ": the checkpoint was made with " + st.value("identity", nlohmann::json()).dump() +
+                            ", this run asks for " + identity_json(cfg).dump() +
+                            " (seed, batch, anchors_per_seq, eval split and max_len must not change on resume)");
+    const nlohmann::json dj = read_drafter_json(dir.string());
+    if (!dj.contains("train") || dj["train"].value("step", int64_t{-1}) != s)
+      throw FormatError((dir / "dspark.json").string() + ": not the weights of step " + std::to_string(s));
+    drafter = std::make_unique<Drafter>(load_drafter(dir.string()));
+    check_drafter_matches(drafter->config(), target.info());
+    setup_params_and_optimizer();
+
+    const std::string opath = (dir / "optimizer.pt").string();
+    const std::string bytes = read_file(opath);
+    if (static_cast<int64_t>(bytes.size()) != st.value("optimizer_bytes", int64_t{-1}))
+      throw FormatError(opath + ": size " + std::to_string(bytes.size()) +
+                        " does not match trainer_state.json optimizer_bytes");
+    torch::serialize::InputArchive ar;
+    ar.load_from(bytes.data(), bytes.size());
+    opt->load(ar);
+
+    step = s;
+    epoch = st.at("epoch").get<int64_t>();
+    cursor = st.at("cursor").get<size_t>();
+    std::istringstream rs(st.at("rng").get<std::string>());
+    rs >> rng;
+    if (rs.fail()) throw FormatError(spath + ": malformed rng state");
+    new_epoch_order_keep_cursor();
+  }
+
+  void new_epoch_order_keep_cursor() {
+    const size_t c = cursor;
+    new_epoch_order();
+    cursor = c;
+  }
+};
+
+Trainer::Trainer(TrainConfig cfg, TargetModel& target) : impl_(std::make_unique<Impl>(std::move(cfg), target)) {
+  Impl& m = *impl_;
+  m.cfg.validate();
+  m.data = TrainDataset::load(m.cfg.data_dir);
+  const TargetInfo& ti = target.info();
+  if (m.data.target_id != ti.id)
+    throw InvalidArgument(m.cfg.data_dir + ": the data set was generated by '" + m.data.target_id +
+                          "', the loaded target is '" + ti.id + "'");
+  for (size_t i = 0; i < m.data.sequences.size(); ++i)
+    for (TokenId t : m.data.sequences[i].tokens)
+      if (t >= ti.vocab)
+        throw FormatError(m.cfg.data_dir + ": sequence " + std::to_string(i) + " holds token id " +
+                          std::to_string(t) + " outside the target's vocabulary");
+  m.rng.seed(m.cfg.seed);
+  m.split();
+  if (m.cfg.resume) {
+    m.resume();
+  } else {
+    if (!m.cfg.init_drafter.empty()) {
+      m.drafter = std::make_unique<Drafter>(load_drafter(m.cfg.init_drafter));
+      check_drafter_matches(m.drafter->config(), ti);
+    } else {
+      DrafterConfig dc = m.cfg.drafter;
+      dc.complete_from(ti);
+      m.drafter = std::make_unique<Drafter>(Drafter::init(dc, m.cfg.seed));
+    }
+    m.setup_params_and_optimizer();
+    m.new_epoch_order();
+  }
+}
+
+Trainer::~Trainer() = default;
+
+int64_t Trainer::steps_done() const { return impl_->step; }
+const TrainConfig& Trainer::config() const { return impl_->cfg; }
+Drafter& Trainer::drafter() { return *impl_->drafter; }
+const std::vector<size_t>& Trainer::train_indices() const { return impl_->train_idx; }
+const std::vector<size_t>& Trainer::eval_indices() const { return impl_->eval_idx; }
+
+StepStats Trainer::step() {
+  Impl& m = *impl_;
+  const auto t0 = Clock::now();
+  const int G = m.drafter->config().gamma;
+  StepStats st;
+  st.lr = lr_at(m.cfg, m.step);
+
+  // Draw the batch: (sequence, anchors) groups.
+  struct Group {
+    size_t seq;
+    SlotTargets t;
+  };
+  std::vector<Group> groups;
+  int64_t n_anchors = 0;
+  while (n_anchors < m.cfg.batch) {
+    const size_t i = m.next_sequence();
+    const int want = static_cast<int>(std::min<int64_t>(m.cfg.anchors_per_seq, m.cfg.batch - n_anchors));
+    std::vector<int64_t> a = sample_anchors(m.mask(i), want, m.rng);
+    if (a.empty()) continue;
+    n_anchors += static_cast<int64_t>(a.size());
+    groups.push_back({i, make_slot_targets(m.tokens(i), m.mask(i), a, G)});
+  }
+  double norm = 0;
+  for (const auto& g : groups) norm += slot_weight_sum(g.t.valid, m.cfg.loss.gamma_decay);
+
+  m.opt->zero_grad();
+  const double softcap = m.target.info().logit_softcap;
+  for (const auto& g : groups) {
+    Impl::Features f = m.features(g.seq, false, st.target_seconds, st.tokens);
+    at::Tensor pt = target_probs(f.final_hidden, m.target.lm_head(), g.t.target_pos, softcap, m.cfg.precision);
+    GraphOut out = m.graph->forward(m.drafter->params(), f.taps, g.t.anchors, g.t.prev_tokens);
+    LossTerms loss = dspark_loss(out, pt, g.t, m.cfg.loss, norm);
+    loss.total.backward();
+    st.ce += loss.ce;
+    st.l1 += loss.l1;
+    st.bce += loss.bce;
+  }
+  st.grad_norm = torch::nn::utils::clip_grad_norm_(
+      m.params, m.cfg.grad_clip > 0 ? m.cfg.grad_clip : std::numeric_limits<double>::infinity());
+  for (auto& group : m.opt->param_groups())
+    static_cast<torch::optim::AdamWOptions&>(group.options()).lr(st.lr);
+  m.opt->step();
+  ++m.step;
+
+  if (norm > 0) {
+    st.ce /= norm;
+    st.l1 /= norm;
+    st.bce /= norm;
+  }
+  st.loss = m.cfg.loss.w_ce * st.ce + m.cfg.loss.w_l1 * st.l1 + m.cfg.loss.w_bce * st.bce;
+  st.step = m.step;
+  st.anchors = n_anchors;
+  st.sequences = static_cast<int64_t>(groups.size());
+  st.valid_slots = norm;
+  st.seconds = since(t0);
+  return st;
+}
+
+EvalStats Trainer::evaluate() {
+  Impl& m = *impl_;
+  const auto t0 = Clock::now();
+  at::NoGradGuard no_grad;
+  EvalStats ev;
+  ev.held_out = m.eval_held_out;
+  const int G = m.drafter->config().gamma;
+  const double softcap = m.target.info().logit_softcap;
+  double ts = 0;
+  int64_t nt = 0;
+  for (size_t k = 0; k < m.eval_idx.size(); ++k) {
+    const size_t i = m.eval_idx[k];
+    if (m.eval_anchors[k].empty()) continue;
+    SlotTargets t = make_slot_targets(m.tokens(i), m.mask(i), m.eval_anchors[k], G);
+    Impl::Features f = m.features(i, true, ts, nt);
+    at::Tensor pt = target_probs(f.final_hidden, m.target.lm_head(), t.target_pos, softcap, m.cfg.precision);
+    GraphOut out = m.graph->forward(m.drafter->params(), f.taps, t.anchors, t.prev_tokens);
+    LossTerms loss = dspark_loss(out, pt, t, m.cfg.loss);
+    accumulate_acceptance(out, pt, t, loss, ev.acceptance);
+    ++ev.sequences;
+  }
+  const auto& a = ev.acceptance;
+  if (a.weight_sum > 0) {
+    ev.ce = a.ce / a.weight_sum;
+    ev.l1 = a.l1 / a.weight_sum;
+    ev.bce = a.bce / a.weight_sum;
+    ev.loss = m.cfg.loss.w_ce * ev.ce + m.cfg.loss.w_l1 * ev.l1 + m.cfg.loss.w_bce * ev.bce;
+  }
+  ev.seconds = since(t0);
+  return ev;
+}
+
+void Trainer::save_checkpoint() { impl_->save(); }
+
+EvalStats Trainer::run() {
+  Impl& m = *impl_;
+  const TrainConfig& c = m.cfg;
+  Progress mode = c.progress;
+  if (mode == Progress::Auto) mode = isatty(fileno(stderr)) ? Progress::Live : Progress::Lines;
+  fs::create_directories(c.out_dir);
+  std::ofstream metrics(fs::path(c.out_dir) / "metrics.jsonl", std::ios::app);
+  auto log_json = [&](const nlohmann::json& j) {
+    if (metrics) metrics << j.dump() << "\n" << std::flush;
+  };
+  auto eval_line = [&](const EvalStats& e) {
+    const auto& a = e.acceptance;
+    nlohmann::json j = {{"eval_step", m.step},
+                        {"held_out", e.held_out},
+                        {"sequences", e.sequences},
+                        {"anchors", a.anchors},
+                        {"loss", e.loss},
+                        {"ce", e.ce},
+                        {"l1", e.l1},
+                        {"bce", e.bce},
+                        {"tau_greedy", a.mean_tau_greedy()},
+                        {"tau_sample", a.mean_tau_sample()},
+                        {"acceptance_by_position", a.acceptance_by_position()},
+                        {"seconds", e.seconds}};
+    log_json(j);
+    if (mode != Progress::None) {
+      if (mode == Progress::Live) std::fprintf(stderr, "\r\033[K");
+      std::fprintf(stderr, "eval @%lld (%s, %lld anchors): loss %.4f | tau greedy %.3f | tau sample %.3f | acc",
+                   static_cast<long long>(m.step), e.held_out ? "held-out" : "train split",
+                   static_cast<long long>(a.anchors), e.loss, a.mean_tau_greedy(), a.mean_tau_sample());
+      for (double v : a.acceptance_by_position()) std::fprintf(stderr, " %.2f", v);
+      std::fprintf(stderr, "\n");
+    }
+  };
+
+  if (mode != Progress::None) {
+    std::fprintf(stderr, "training %s drafter (%d layers, gamma %d) on %zu sequences (%zu held out), %lld steps of %d anchors\n",
+                 to_string(m.drafter->config().seq_head).c_str(), m.drafter->config().n_layers,
+                 m.drafter->config().gamma, m.train_idx.size(), m.eval_held_out ? m.eval_idx.size() : size_t{0},
+                 static_cast<long long>(c.steps), c.batch);
+  }
+  const auto t_start = Clock::now();
+  const int64_t first = m.step;
+  double anchors_total = 0, tokens_total = 0;
+  StepStats acc;  // running sums for Lines mode
+  int64_t acc_n = 0;
+  EvalStats last;
+  while (m.step < c.steps) {
+    StepStats s = step();
+    anchors_total += static_cast<double>(s.anchors);
+    tokens_total += static_cast<double>(s.tokens);
+    acc.loss += s.loss;
+    acc.ce += s.ce;
+    acc.l1 += s.l1;
+    acc.bce += s.bce;
+    ++acc_n;
+    const double el = since(t_start);
+    const double sps = static_cast<double>(m.step - first) / std::max(el, 1e-9);
+    const double eta = static_cast<double>(c.steps - m.step) / std::max(sps, 1e-9);
+    if (mode == Progress::Live) {
+      std::fprintf(stderr, "\r\033[Kstep %lld/%lld | loss %.4f (ce %.3f l1 %.3f bce %.3f) | lr %.2e | %.2f steps/s | %.1f anchors/s | ETA %s",
+                   static_cast<long long>(m.step), static_cast<long long>(c.steps), s.loss, s.ce, s.l1, s.bce, s.lr,
+                   sps, anchors_total / std::max(el, 1e-9), format_duration(eta).c_str());
+    }
+    if (m.step % c.log_every == 0 || m.step == c.steps) {
+      const double n = static_cast<double>(std::max<int64_t>(acc_n, 1));
+      log_json({{"step", m.step},
+                {"loss", acc.loss / n},
+                {"ce", acc.ce / n},
+                {"l1", acc.l1 / n},
+                {"bce", acc.bce / n},
+                {"lr", s.lr},
+                {"grad_norm", s.grad_norm},
+                {"steps_per_s", sps},
+                {"anchors_per_s", anchors_total / std::max(el, 1e-9)},
+                {"target_tokens_per_s", tokens_total / std::max(el, 1e-9)}});
+      if (mode == Progress::Lines)
+        std::fprintf(stderr, "step %lld/%lld | loss %.4f (ce %.3f l1 %.3f bce %.3f) | lr %.2e | %.2f steps/s | %.1f anchors/s | ETA %s\n",
+                     static_cast<long long>(m.step), static_cast<long long>(c.steps), acc.loss / n, acc.ce / n,
+                     acc.l1 / n, acc.bce / n, s.lr, sps, anchors_total / std::max(el, 1e-9),
+                     format_duration(eta).c_str());
+      acc = StepStats{};
+      acc_n = 0;
+    }
+    const bool final_step = m.step == c.steps;
+    if (!final_step && c.eval_every > 0 && m.step % c.eval_every == 0) {
+      eval_line(evaluate());
+    }
+    if (!final_step && c.save_every > 0 && m.step % c.save_every == 0) save_checkpoint();
+  }
+  if (mode == Progress::Live) std::fprintf(stderr, "\n");
+  last = evaluate();
+  eval_line(last);
+  save_checkpoint();
+  if (mode != Progress::None)
+    std::fprintf(stderr, "wrote %s (step %lld)\n", c.out_dir.c_str(), static_cast<long long>(m.step));
+  return last;
+}
+
+}  // namespace dspark::train
