@@ -1,9 +1,12 @@
 // Differentiable batched drafter forward; see include/dspark/train/drafter_graph.hpp.
 #include "dspark/train/drafter_graph.hpp"
 
+#include <torch/csrc/autograd/custom_function.h>
+
 #include <cmath>
 
 #include "dspark/error.hpp"
+#include "dspark/model/kernels.hpp"
 
 namespace dspark::train {
 
@@ -41,6 +44,45 @@ at::Tensor rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& si
   return at::stack({a * c - b * s, a * s + b * c}, -1).flatten(-2);
 }
 
+const uint16_t* bf16_bits(const at::Tensor& t) {
+  return reinterpret_cast<const uint16_t*>(t.data_ptr<at::BFloat16>());
+}
+
+// y [M, O] fp32 = bf16(x) [M, K] · Wᵀ, W [O, K] bf16 contiguous, K % 32 == 0,
+// on the inference kernel (fp32 accumulation and output).
+at::Tensor kernel_linear(const at::Tensor& x, const at::Tensor& W) {
+  at::Tensor xb = x.to(at::kBFloat16).contiguous();
+  at::Tensor y = at::empty({x.size(0), W.size(0)}, at::kFloat);
+  kernels::linear_bf16(bf16_bits(xb), x.size(0), bf16_bits(W), W.size(0), W.size(1), y.data_ptr<float>(),
+                       W.size(0));
+  return y;
+}
+
+// The frozen LM head on the inference kernel: y = bf16(h) · headᵀ in fp32.
+// Backward (h only): grad_h = bf16(grad_y) · head, through headT [d, Vp]
+// (the head transposed, zero-padded to a multiple of 32 columns).
+class FrozenHeadFn : public torch::autograd::Function<FrozenHeadFn> {
+ public:
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const at::Tensor& h,
+                                                const at::Tensor& head, const at::Tensor& headT) {
+    ctx->save_for_backward({headT});
+    ctx->saved_data["V"] = head.size(0);
+    return {kernel_linear(h, head)};
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const at::Tensor headT = ctx->get_saved_variables()[0];
+    const int64_t V = ctx->saved_data["V"].toInt(), Vp = headT.size(1);
+    const at::Tensor& g = grads[0];
+    at::Tensor gb = at::zeros({g.size(0), Vp}, at::kBFloat16);
+    gb.narrow(1, 0, V).copy_(g);
+    at::Tensor gh = at::empty({g.size(0), headT.size(0)}, at::kFloat);
+    kernels::linear_bf16(bf16_bits(gb), g.size(0), bf16_bits(headT), headT.size(0), Vp, gh.data_ptr<float>(),
+                         headT.size(0));
+    return {gh, at::Tensor(), at::Tensor()};
+  }
+};
+
 }  // namespace
 
 DrafterGraph::DrafterGraph(DrafterConfig cfg, at::Tensor embedding, at::Tensor lm_head, GraphOptions opts)
@@ -70,9 +112,24 @@ at::Tensor DrafterGraph::linear(const at::Tensor& x, const at::Tensor& W) const 
   return at::matmul(x, W.t());
 }
 
+at::Tensor DrafterGraph::bmm(const at::Tensor& a, const at::Tensor& b) const {
+  if (a.scalar_type() == at::kFloat && opts_.matmul == MatmulPrecision::BFloat16) {
+    return at::matmul(a.to(at::kBFloat16), b.to(at::kBFloat16)).to(at::kFloat);
+  }
+  return at::matmul(a, b);
+}
+
 at::Tensor DrafterGraph::lm_head(const at::Tensor& h) const {
   if (h.scalar_type() == at::kFloat && opts_.matmul == MatmulPrecision::BFloat16) {
-    return at::matmul(h.to(at::kBFloat16), frozen(head_, at::kBFloat16, 1).t()).to(at::kFloat);
+    if (!headT_.defined()) {
+      const int64_t V = cfg_.vocab, Vp = (V + 31) / 32 * 32;
+      headT_ = at::zeros({cfg_.hidden, Vp}, at::kBFloat16);
+      headT_.narrow(1, 0, V).copy_(head_.detach().t());
+    }
+    const at::Tensor& hb = frozen(head_, at::kBFloat16, 1);
+    auto sizes = h.sizes().vec();
+    sizes.back() = cfg_.vocab;
+    return FrozenHeadFn::apply(h.reshape({-1, cfg_.hidden}), hb, headT_)[0].view(sizes);
   }
   return at::matmul(h, frozen(head_, h.scalar_type(), 1).t());
 }
@@ -135,10 +192,10 @@ GraphOut DrafterGraph::forward(const ParamMap& params, const at::Tensor& ctx_fea
   at::Tensor pos_blk = anchors.unsqueeze(1) + at::arange(G, at::kLong).unsqueeze(0);  // [N, γ]
   auto [cos_b, sin_b] = rope_tables(pos_blk, c, dt);                                   // [N, γ, hd/2]
   auto [cos_c, sin_c] = rope_tables(at::arange(Lc, at::kLong), c, dt);                 // [Lc, hd/2]
-  // Additive mask over context keys: -inf where l >= p_i.  [N, 1, 1, Lc]
+  // Additive mask over context keys: -inf where l >= p_i.  [1, N, 1, Lc]
   at::Tensor ctx_mask = at::zeros({N, Lc}, dt).masked_fill(
       at::arange(Lc, at::kLong).unsqueeze(0) >= anchors.unsqueeze(1), -INFINITY);
-  ctx_mask = ctx_mask.view({N, 1, 1, Lc});
+  ctx_mask = ctx_mask.view({1, N, 1, Lc});
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
 
   for (int i = 0; i < c.n_layers; ++i) {
@@ -154,16 +211,18 @@ GraphOut DrafterGraph::forward(const ParamMap& params, const at::Tensor& ctx_fea
     at::Tensor kc = rope(rmsnorm(linear(hctx, Wk).view({Lc, Hkv, hd}), kn, c.eps), cos_c, sin_c);
     at::Tensor vc = linear(hctx, Wv).view({Lc, Hkv, hd});
 
-    // Query head h = g * group + j reads KV head g: [N, Hkv, group*γ, hd].
-    at::Tensor qg = q.view({N, G, Hkv, group, hd}).permute({0, 2, 3, 1, 4}).reshape({N, Hkv, group * G, hd});
-    at::Tensor kbt = kb.permute({0, 2, 3, 1});                            // [N, Hkv, hd, γ]
-    at::Tensor vbg = vb.permute({0, 2, 1, 3});                            // [N, Hkv, γ, hd]
-    at::Tensor s_blk = at::matmul(qg, kbt);                               // [N, Hkv, gγ, γ]
-    at::Tensor s_ctx = at::matmul(qg, kc.permute({1, 2, 0}).unsqueeze(0)) + ctx_mask;  // [N, Hkv, gγ, Lc]
-    at::Tensor prob = at::softmax(at::cat({s_ctx, s_blk}, -1) * scale, -1);
-    at::Tensor o = at::matmul(prob.narrow(-1, Lc, G), vbg);
-    if (Lc > 0) o = o + at::matmul(prob.narrow(-1, 0, Lc), vc.permute({1, 0, 2}).unsqueeze(0));
-    o = o.view({N, Hkv, group, G, hd}).permute({0, 3, 1, 2, 4}).reshape({N, G, H * hd});
+    // Query head h = g * group + j reads KV head g. Layout [Hkv, N, group·γ, hd]
+    // so that all anchors share one product with the context keys per KV head.
+    const int64_t gG = group * G;
+    at::Tensor qg = q.view({N, G, Hkv, group, hd}).permute({2, 0, 3, 1, 4}).reshape({Hkv, N, gG, hd});
+    at::Tensor s_ctx = bmm(qg.reshape({Hkv, N * gG, hd}), kc.permute({1, 2, 0}))  // [Hkv, N·gγ, Lc]
+                           .view({Hkv, N, gG, Lc}) + ctx_mask;
+    at::Tensor s_blk = bmm(qg, kb.permute({2, 0, 3, 1}));                      // [Hkv, N, gγ, γ]
+    at::Tensor prob = at::softmax(at::cat({s_ctx, s_blk}, -1) * scale, -1);   // [Hkv, N, gγ, Lc+γ]
+    at::Tensor o = bmm(prob.narrow(-1, Lc, G), vb.permute({2, 0, 1, 3}));      // [Hkv, N, gγ, hd]
+    if (Lc > 0)
+      o = o + bmm(prob.narrow(-1, 0, Lc).reshape({Hkv, N * gG, Lc}), vc.permute({1, 0, 2})).view({Hkv, N, gG, hd});
+    o = o.view({Hkv, N, group, G, hd}).permute({1, 3, 0, 2, 4}).reshape({N, G, H * hd});
     x = x + linear(o, P(L(i, "attn_output.weight")));
 
     at::Tensor hf = rmsnorm(x, P(L(i, "ffn_norm.weight")), c.eps);

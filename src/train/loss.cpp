@@ -2,10 +2,15 @@
 // include/dspark/train/loss.hpp.
 #include "dspark/train/loss.hpp"
 
+#include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
+#include <torch/csrc/autograd/custom_function.h>
+
 #include <algorithm>
 #include <cmath>
 
 #include "dspark/error.hpp"
+#include "dspark/model/kernels.hpp"
 
 namespace dspark::train {
 
@@ -16,6 +21,95 @@ at::Tensor position_weights(int64_t G, double gamma_decay, at::ScalarType dt) {
   if (!(gamma_decay > 0)) throw InvalidArgument("gamma_decay must be positive");
   return at::exp(-at::arange(G, at::kDouble) / gamma_decay).to(dt);
 }
+
+// Per-row cross-entropy and L1 distance of softmax(z) to p^t, fused:
+//   forward   p = softmax(z), ce = logsumexp(z) − z[y], l1 = Σ_v |p_v − pt_v|
+//   backward  ∂ce/∂z = p − onehot(y),  ∂l1/∂z = p ⊙ (s − ⟨s, p⟩), s = sign(p − pt)
+// z, pt: [M, V] (fp32 or fp64), y: [M] int64 → {ce [M], l1 [M]}.
+class VocabLossFn : public torch::autograd::Function<VocabLossFn> {
+ public:
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const at::Tensor& logits,
+                                                const at::Tensor& p_target, const at::Tensor& labels) {
+    at::Tensor z = logits.contiguous(), pt = p_target.contiguous(), y = labels.contiguous();
+    const int64_t M = z.size(0), V = z.size(1);
+    at::Tensor p = at::empty_like(z), ce = at::empty({M}, z.options()), l1 = at::empty({M}, z.options());
+    AT_DISPATCH_FLOATING_TYPES(z.scalar_type(), "vocab_loss_forward", [&] {
+      const scalar_t* zp = z.data_ptr<scalar_t>();
+      const scalar_t* tp = pt.data_ptr<scalar_t>();
+      const int64_t* yp = y.data_ptr<int64_t>();
+      scalar_t* pp = p.data_ptr<scalar_t>();
+      scalar_t* cp = ce.data_ptr<scalar_t>();
+      scalar_t* lp = l1.data_ptr<scalar_t>();
+      at::parallel_for(0, M, 1, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+          const scalar_t* zr = zp + r * V;
+          const scalar_t* tr = tp + r * V;
+          scalar_t* pr = pp + r * V;
+          scalar_t mx = zr[0];
+          for (int64_t v = 1; v < V; ++v) mx = std::max(mx, zr[v]);
+          double sum = 0;
+          for (int64_t v = 0; v < V; ++v) {
+            pr[v] = std::exp(zr[v] - mx);
+            sum += pr[v];
+          }
+          const scalar_t inv = static_cast<scalar_t>(1.0 / sum);
+          double dist = 0;
+          for (int64_t v = 0; v < V; ++v) {
+            pr[v] *= inv;
+            dist += std::abs(pr[v] - tr[v]);
+          }
+          cp[r] = static_cast<scalar_t>(static_cast<double>(mx) + std::log(sum) - static_cast<double>(zr[yp[r]]));
+          lp[r] = static_cast<scalar_t>(dist);
+        }
+      });
+    });
+    ctx->save_for_backward({p, pt, y});
+    return {ce, l1};
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor& p = saved[0];
+    const at::Tensor& pt = saved[1];
+    const at::Tensor& y = saved[2];
+    const int64_t M = p.size(0), V = p.size(1);
+    at::Tensor gce = grads[0].defined() ? grads[0].contiguous() : at::zeros({M}, p.options());
+    at::Tensor gl1 = grads[1].defined() ? grads[1].contiguous() : at::zeros({M}, p.options());
+    at::Tensor gz = at::empty_like(p);
+    AT_DISPATCH_FLOATING_TYPES(p.scalar_type(), "vocab_loss_backward", [&] {
+      const scalar_t* pp = p.data_ptr<scalar_t>();
+      const scalar_t* tp = pt.data_ptr<scalar_t>();
+      const int64_t* yp = y.data_ptr<int64_t>();
+      const scalar_t* ga = gce.data_ptr<scalar_t>();
+      const scalar_t* gb = gl1.data_ptr<scalar_t>();
+      scalar_t* out = gz.data_ptr<scalar_t>();
+      at::parallel_for(0, M, 1, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+          const scalar_t* pr = pp + r * V;
+          const scalar_t* tr = tp + r * V;
+          scalar_t* o = out + r * V;
+          const scalar_t a = ga[r], b = gb[r];
+          double dot = 0;
+          if (b != 0) {
+            for (int64_t v = 0; v < V; ++v) {
+              const scalar_t d = pr[v] - tr[v];
+              dot += d > 0 ? pr[v] : (d < 0 ? -pr[v] : 0);
+            }
+          }
+          const scalar_t dt = static_cast<scalar_t>(dot);
+          for (int64_t v = 0; v < V; ++v) {
+            const scalar_t d = pr[v] - tr[v];
+            const scalar_t sg = d > 0 ? 1 : (d < 0 ? -1 : 0);
+            o[v] = a * pr[v] + b * pr[v] * (sg - dt);
+          }
+          o[yp[r]] -= a;
+        }
+      });
+    });
+    return {gz, at::Tensor(), at::Tensor()};
+  }
+};
 
 }  // namespace
 
@@ -93,8 +187,13 @@ at::Tensor target_probs(const at::Tensor& final_hidden, const at::Tensor& lm_hea
   at::NoGradGuard no_grad;
   at::Tensor h = final_hidden.index_select(0, target_pos.reshape({-1}));  // [N*γ, d]
   at::Tensor logits;
-  if (h.scalar_type() == at::kFloat && precision == MatmulPrecision::BFloat16) {
-    logits = at::matmul(h.to(at::kBFloat16), lm_head.to(at::kBFloat16).t()).to(at::kFloat);
+  if (h.scalar_type() == at::kFloat && precision == MatmulPrecision::BFloat16 && lm_head.size(1) % 32 == 0) {
+    // The target's own logits computation: bf16 inputs, fp32 accumulation.
+    at::Tensor hb = h.to(at::kBFloat16).contiguous(), wb = lm_head.to(at::kBFloat16).contiguous();
+    logits = at::empty({h.size(0), wb.size(0)}, at::kFloat);
+    kernels::linear_bf16(reinterpret_cast<const uint16_t*>(hb.data_ptr<at::BFloat16>()), h.size(0),
+                         reinterpret_cast<const uint16_t*>(wb.data_ptr<at::BFloat16>()), wb.size(0), wb.size(1),
+                         logits.data_ptr<float>(), wb.size(0));
   } else {
     const auto dt = h.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
     logits = at::matmul(h.to(dt), lm_head.to(dt).t());
@@ -120,14 +219,18 @@ LossTerms dspark_loss(const GraphOut& out, const at::Tensor& p_target, const Slo
                           " and confidence " + c10::str(out.conf_logits.sizes()) + " do not match");
   const auto dt = logits.scalar_type();
   const int64_t G = logits.size(1);
+  if (t.labels.sizes() != t.valid.sizes() || t.labels.scalar_type() != at::kLong ||
+      (t.labels.numel() > 0 && (t.labels.min().item<int64_t>() < 0 || t.labels.max().item<int64_t>() >= logits.size(2))))
+    throw InvalidArgument("dspark_loss: labels must be int64 [N, γ] ids in [0, " + std::to_string(logits.size(2)) + ")");
   at::Tensor w = t.valid.to(dt) * position_weights(G, opts.gamma_decay, dt).unsqueeze(0);  // [N, γ]
   LossTerms r;
   r.weight_sum = w.sum().item<double>();
   const double norm = normalizer > 0 ? normalizer : r.weight_sum;
 
-  at::Tensor logp = at::log_softmax(logits, -1);
-  at::Tensor ce = -logp.gather(-1, t.labels.unsqueeze(-1)).squeeze(-1);  // [N, γ]
-  at::Tensor l1 = (logp.exp() - p_target.to(dt)).abs().sum(-1);         // [N, γ]
+  const int64_t M = logits.size(0) * G, V = logits.size(2);
+  auto ce_l1 = VocabLossFn::apply(logits.reshape({M, V}), p_target.to(dt).reshape({M, V}).detach(),
+                                  t.labels.reshape({M}));
+  at::Tensor ce = ce_l1[0].view({-1, G}), l1 = ce_l1[1].view({-1, G});  // [N, γ]
   r.l1_slot = l1.detach();
   r.c_star = c_star_override.defined() ? c_star_override.to(dt).detach()
                                         : (1.0 - 0.5 * r.l1_slot).clamp(0.0, 1.0);

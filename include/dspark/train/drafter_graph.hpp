@@ -40,7 +40,8 @@ using ParamMap = std::map<std::string, at::Tensor>;
 
 /// Precision of the large matrix products when the parameters are fp32.
 /// BFloat16: inputs and weights are rounded to bf16 for the product (oneDNN),
-/// the result is converted back to fp32; norms, softmax, RoPE and the heads'
+/// the result is converted back to fp32 (the frozen LM head uses the
+/// inference kernel, fp32 output); norms, softmax, RoPE and the heads'
 /// element-wise math stay fp32. Float32: everything fp32 (slow on CPUs whose
 /// libtorch uses a generic BLAS, but the reference for parity tests).
 /// Double-precision parameters always compute in double (gradient checks).
@@ -89,8 +90,13 @@ class DrafterGraph {
   /// (see MatmulPrecision). Differentiable in x and W.
   at::Tensor linear(const at::Tensor& x, const at::Tensor& W) const;
 
+  /// Batched a · b (at::matmul broadcasting) under the configured precision.
+  at::Tensor bmm(const at::Tensor& a, const at::Tensor& b) const;
+
   /// The frozen LM head applied to h [..., d]: [..., V] in h's dtype. The
-  /// head never receives a gradient; h does.
+  /// head never receives a gradient; h does. With bf16 precision this runs
+  /// on the inference kernel (bf16 inputs, fp32 accumulation and output),
+  /// exactly as Drafter::draft computes U.
   at::Tensor lm_head(const at::Tensor& h) const;
 
  private:
@@ -100,6 +106,7 @@ class DrafterGraph {
   GraphOptions opts_;
   // Converted copies of the frozen tables, by dtype: [0] embedding, [1] head.
   mutable std::map<at::ScalarType, at::Tensor> frozen_cache_[2];
+  mutable at::Tensor headT_;  // [d, V rounded up to 32] bf16, the head transposed (backward)
 };
 
 }  // namespace dspark::train
