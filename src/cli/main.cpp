@@ -2,6 +2,9 @@
 // (bad option, bad file, bad prompt), 1 internal error.
 #include <CLI/CLI.hpp>
 
+#include <unistd.h>
+
+#include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <vector>
@@ -17,9 +20,28 @@ std::unique_ptr<Command> make_train(CLI::App& app, CLI::App*& sub);
 std::unique_ptr<Command> make_serve(CLI::App& app, CLI::App*& sub);
 std::unique_ptr<Command> make_calibrate(CLI::App& app, CLI::App*& sub);
 std::unique_ptr<Command> make_profile(CLI::App& app, CLI::App*& sub);
+std::unique_ptr<Command> make_draft_vocab(CLI::App& app, CLI::App*& sub);
 }  // namespace dspark::cli
 
+namespace {
+
+// The OpenMP runtime under ATen reads OMP_WAIT_POLICY once, when it is
+// loaded, before main runs. Its default lets idle worker threads spin, which
+// on a machine with few cores (or one shared with other work) steals the
+// cores the working threads need: measured 5x slower training steps on 2
+// busy cores. When the user has not chosen a policy, choose PASSIVE and
+// restart this process image so the runtime sees it.
+void ensure_passive_openmp_wait(char** argv) {
+  if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;
+  if (setenv("OMP_WAIT_POLICY", "PASSIVE", 1) != 0) return;
+  execv("/proc/self/exe", argv);
+  // execv returned: keep going with the default policy.
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  ensure_passive_openmp_wait(argv);
   CLI::App app{"dspark: DSpark speculative decoding engine"};
   app.set_version_flag("--version", std::string("dspark ") + DSPARK_VERSION);
   app.require_subcommand(1);
@@ -29,6 +51,7 @@ int main(int argc, char** argv) {
     commands.emplace_back(g->app(), std::move(g));
     for (auto make : {dspark::cli::make_init_drafter, dspark::cli::make_bench, dspark::cli::make_regen,
                       dspark::cli::make_train, dspark::cli::make_calibrate, dspark::cli::make_profile,
+                      dspark::cli::make_draft_vocab,
                       dspark::cli::make_serve}) {
       CLI::App* sub = nullptr;
       auto c = make(app, sub);
