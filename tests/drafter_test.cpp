@@ -7,6 +7,7 @@
 // Runs on a tiny random Llama target; nothing here needs the real model.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <string>
@@ -380,6 +381,116 @@ TEST(DrafterHeads, SamplingDraftsComeFromTheirDistributions) {
     greedy.temperature = 0;
     EXPECT_TRUE(d.draft(st, 30, 6, greedy, rng).q.empty());
   }
+}
+
+// ---- draft vocabulary -----------------------------------------------------------------
+
+// Every other token id below V, plus `extra` (ascending, deduplicated).
+std::vector<TokenId> half_vocab(int64_t V, std::vector<TokenId> extra = {}) {
+  std::vector<TokenId> v;
+  for (TokenId t = 0; t < V; t += 2) v.push_back(t);
+  v.insert(v.end(), extra.begin(), extra.end());
+  std::sort(v.begin(), v.end());
+  v.erase(std::unique(v.begin(), v.end()), v.end());
+  return v;
+}
+
+TEST(DrafterDraftVocab, GreedyDraftsAreTheArgmaxInsideTheVocabulary) {
+  // With a draft vocabulary the drafted token is the argmax of the full
+  // head's logits restricted to it; the confidences are unchanged.
+  TargetModel& t = spectest::tiny_target();
+  for (SeqHead h : spectest::all_heads()) {
+    DrafterConfig cfg = tiny_config(h, 6);
+    Drafter full = spectest::perturbed_drafter(cfg, 21);
+    cfg.draft_vocab = half_vocab(cfg.vocab);
+    Drafter part(cfg, full.params());
+    full.bind(t);
+    part.bind(t);
+    DraftState st_full, st_part;
+    full.append_context(st_full, tiny_features(full, 9));
+    part.append_context(st_part, tiny_features(part, 9));
+    SamplingParams greedy;
+    greedy.temperature = 0;
+    Rng rng(1);
+    const Draft a = full.draft(st_full, 40, 6, greedy, rng);
+    const Draft b = part.draft(st_part, 40, 6, greedy, rng);
+    ASSERT_EQ(b.tokens.size(), 6u);
+    for (size_t k = 0; k < 6; ++k) {
+      EXPECT_EQ(b.tokens[k] % 2, 0) << to_string(h) << " slot " << k << ": token outside the vocabulary";
+      // The slot-0 logits do not depend on earlier drafts: if the full
+      // argmax is in the vocabulary, it is also the restricted argmax.
+      if (k == 0 && a.tokens[0] % 2 == 0) {
+        EXPECT_EQ(a.tokens[0], b.tokens[0]) << to_string(h);
+      }
+    }
+    EXPECT_EQ(b.conf_logits[0], a.conf_logits[0]) << to_string(h);
+  }
+}
+
+TEST(DrafterDraftVocab, SameDraftsWhenTheVocabularyHoldsThem) {
+  // A vocabulary holding every token the full drafter proposes (plus half of
+  // the rest) changes nothing: same tokens, same confidences, and under
+  // sampling the same distributions restricted and renormalized to it.
+  TargetModel& t = spectest::tiny_target();
+  DrafterConfig cfg = tiny_config(SeqHead::Markov, 6);
+  Drafter full = spectest::perturbed_drafter(cfg, 22);
+  full.bind(t);
+  DraftState st;
+  full.append_context(st, tiny_features(full, 11));
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  Rng rng(1);
+  const Draft a = full.draft(st, 12, 6, greedy, rng);
+  cfg.draft_vocab = half_vocab(cfg.vocab, a.tokens);
+  Drafter part(cfg, full.params());
+  part.bind(t);
+  DraftState st2;
+  part.append_context(st2, tiny_features(part, 11));
+  const Draft b = part.draft(st2, 12, 6, greedy, rng);
+  EXPECT_EQ(a.tokens, b.tokens);
+  EXPECT_EQ(a.conf_logits, b.conf_logits);
+
+  // Sampling with top-k 0, top-p 1, min-p 0: q_k over the vocabulary is the
+  // full softmax restricted to it and renormalized.
+  SamplingParams sp;
+  sp.temperature = 1.0f;
+  sp.top_k = 0;
+  sp.top_p = 1.0f;
+  sp.min_p = 0.0f;
+  Rng r1(5), r2(5);
+  const Draft fs = full.draft(st, 12, 1, sp, r1);
+  const Draft ps = part.draft(st2, 12, 1, sp, r2);
+  ASSERT_EQ(ps.q.size(), 1u);
+  const Distribution& qf = fs.q[0];
+  const Distribution& qp = ps.q[0];
+  EXPECT_EQ(qp.size(), cfg.draft_vocab.size());
+  double mass = 0;
+  for (TokenId id : cfg.draft_vocab) mass += qf.prob(id);
+  double sum = 0;
+  for (size_t i = 0; i < qp.size(); ++i) {
+    EXPECT_TRUE(std::binary_search(cfg.draft_vocab.begin(), cfg.draft_vocab.end(), qp.ids[i]));
+    EXPECT_NEAR(qp.probs[i], qf.prob(qp.ids[i]) / mass, 1e-5) << "token " << qp.ids[i];
+    if (i > 0) {
+      EXPECT_GE(qp.probs[i - 1], qp.probs[i]);  // order kept after mapping
+    }
+    sum += qp.probs[i];
+  }
+  EXPECT_NEAR(sum, 1.0, 1e-5);
+  EXPECT_GT(qp.prob(ps.tokens[0]), 0.f);
+}
+
+TEST(DrafterDraftVocab, ConfigRefusesBadVocabularies) {
+  DrafterConfig cfg = tiny_config(SeqHead::Markov);
+  cfg.draft_vocab = {3, 2};
+  EXPECT_THROW(cfg.validate(), InvalidArgument);
+  cfg.draft_vocab = {2, 2};
+  EXPECT_THROW(cfg.validate(), InvalidArgument);
+  cfg.draft_vocab = {0, static_cast<TokenId>(cfg.vocab)};
+  EXPECT_THROW(cfg.validate(), InvalidArgument);
+  cfg.draft_vocab = {-1, 4};
+  EXPECT_THROW(cfg.validate(), InvalidArgument);
+  cfg.draft_vocab = {0, 5, static_cast<TokenId>(cfg.vocab - 1)};
+  EXPECT_NO_THROW(cfg.validate());
 }
 
 // ---- prune_length ---------------------------------------------------------------------

@@ -40,6 +40,7 @@ nlohmann::json config_to_json(const DrafterConfig& c) {
   };
   if (!c.sts_thresholds.empty()) cfg["sts"]["thresholds"] = c.sts_thresholds;
   if (!c.sts_temperatures.empty()) cfg["sts"]["temperatures"] = c.sts_temperatures;
+  if (!c.draft_vocab.empty()) cfg["draft_vocab"] = c.draft_vocab;
   return cfg;
 }
 
@@ -74,6 +75,7 @@ DrafterConfig config_from_json(const nlohmann::json& j, const std::string& where
       if (!(t > 0) || !std::isfinite(t))
         throw FormatError(cw + " sts: temperatures must be positive and finite");
   }
+  if (cfg.contains("draft_vocab")) c.draft_vocab = get<std::vector<TokenId>>(cfg, "draft_vocab", cw);
   const std::string dw = where + " dims";
   c.hidden = get<int64_t>(dims, "hidden_size", dw);
   c.vocab = get<int64_t>(dims, "vocab_size", dw);

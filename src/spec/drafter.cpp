@@ -122,6 +122,12 @@ void DrafterConfig::validate() const {
   need(!tap_layers.empty(), "at least one tap layer is required");
   need(vocab > 0, "vocab must be positive");
   need(mask_token_id < vocab, "mask_token_id outside the vocabulary");
+  for (size_t i = 0; i < draft_vocab.size(); ++i) {
+    need(draft_vocab[i] >= 0 && draft_vocab[i] < vocab,
+         "draft_vocab id " + std::to_string(draft_vocab[i]) + " outside the vocabulary [0, " +
+             std::to_string(vocab) + ")");
+    need(i == 0 || draft_vocab[i] > draft_vocab[i - 1], "draft_vocab must be strictly ascending");
+  }
 }
 
 std::vector<std::pair<std::string, std::vector<int64_t>>> Drafter::param_spec(const DrafterConfig& c) {
@@ -223,10 +229,19 @@ void Drafter::bind(const TargetModel& target) {
   }
   embed_ = target.embedding();
   head_ = target.lm_head();
+  vocab_ids_ = cfg_.draft_vocab;
+  at::Tensor rows;  // draft-vocab rows of every [V, *] output matrix
+  if (!vocab_ids_.empty()) {
+    rows = at::tensor(std::vector<int64_t>(vocab_ids_.begin(), vocab_ids_.end()), at::kLong);
+    head_ = head_.index_select(0, rows).contiguous();
+  }
   infer_.clear();
   for (const auto& [name, p] : params_) {
     const bool matrix = p.dim() == 2 && name != "conf_proj.weight";
-    infer_[name] = matrix ? p.to(at::kBFloat16).contiguous() : p.contiguous();
+    at::Tensor t = matrix ? p.to(at::kBFloat16).contiguous() : p.contiguous();
+    const bool output_rows = name == "markov_w2.weight" || name == "elman.wo";
+    if (output_rows && rows.defined()) t = t.index_select(0, rows).contiguous();
+    infer_[name] = t;
   }
   bound_ = true;
 }

@@ -10,6 +10,7 @@
 //            B = W2 tanh(o)                                (Eq. 6, s_0 = 0)
 //   elman:   s = tanh(W_H s + e + b_H); B = W_O s
 //   logits = LMHead(h_k) + B;  z_k = w·[h_k; e] + b        (Eq. 7, σ(z) = c_k)
+// With a draft vocabulary, LMHead and the rows of B are restricted to it.
 #include <cmath>
 
 #include "dspark/error.hpp"
@@ -39,8 +40,13 @@ float sigmoid(float v) { return 1.f / (1.f + std::exp(-v)); }
 
 Draft Drafter::draft(const DraftState& st, TokenId anchor, int gamma,
                      const SamplingParams& sampling, Rng& rng) const {
-  const int64_t G = gamma > 0 ? gamma : cfg_.gamma, d = cfg_.hidden, r = cfg_.markov_rank, V = cfg_.vocab;
-  if (anchor < 0 || anchor >= V) throw InvalidArgument("drafter: anchor id outside the vocabulary");
+  const int64_t G = gamma > 0 ? gamma : cfg_.gamma, d = cfg_.hidden, r = cfg_.markov_rank;
+  if (anchor < 0 || anchor >= cfg_.vocab) throw InvalidArgument("drafter: anchor id outside the vocabulary");
+  // Output rows: the draft vocabulary (row i is token vocab_ids_[i]) or all.
+  const int64_t V = head_.size(0);
+  auto token_of = [&](int64_t row) {
+    return vocab_ids_.empty() ? static_cast<TokenId>(row) : vocab_ids_[static_cast<size_t>(row)];
+  };
   at::Tensor h = block_hidden(st, anchor, static_cast<int>(G));  // [γ, d]
   // U = LMHead(h): [γ, V] in one pass over the (shared) LM head.
   std::vector<uint16_t> hb(static_cast<size_t>(G * d));
@@ -111,10 +117,14 @@ Draft Drafter::draft(const DraftState& st, TokenId anchor, int gamma,
 
     TokenId x;
     if (sampling.greedy()) {
-      x = argmax(logits, V);
+      x = token_of(argmax(logits, V));
     } else {
-      out.q.push_back(process_logits(logits, V, sampling));
-      x = sample(out.q.back(), rng);
+      // Rows ascend with token ids, so mapping keeps the distribution's
+      // order (descending probability, ties by ascending id).
+      Distribution q = process_logits(logits, V, sampling);
+      for (TokenId& id : q.ids) id = token_of(id);
+      x = sample(q, rng);
+      out.q.push_back(std::move(q));
     }
     out.tokens.push_back(x);
     prev = x;

@@ -62,6 +62,14 @@ struct DrafterConfig {
   /// STS temperatures T_k per position from calibration (dspark-method.md §6;
   /// empty = uncalibrated, i.e. T = 1).
   std::vector<double> sts_temperatures;
+  /// Draft vocabulary: the token ids the drafter may propose, strictly
+  /// ascending (empty = the whole vocabulary). At inference the LM head and
+  /// the sequential head's output rows are restricted to these rows, so each
+  /// drafting pass costs |draft_vocab| instead of V rows (a reduced draft
+  /// vocabulary, as in EAGLE-3 / FR-Spec). Lossless either way: the target
+  /// verifies every token, and under sampling q is exactly the distribution
+  /// drawn from (zero outside the draft vocabulary). Training is unaffected.
+  std::vector<TokenId> draft_vocab;
 
   int m() const { return static_cast<int>(tap_layers.size()); }
   /// Fills zero fields from the target (heads, ffn, rope, dims, taps spread
@@ -156,7 +164,8 @@ class Drafter : public DraftModel {
   DrafterConfig cfg_;
   std::map<std::string, at::Tensor> params_;
   std::map<std::string, at::Tensor> infer_;  // compute-dtype copies after bind()
-  at::Tensor embed_, head_;                  // target's, shared
+  at::Tensor embed_, head_;                  // target's, shared (head_: draft-vocab rows)
+  std::vector<TokenId> vocab_ids_;           // draft-vocab row -> token id (empty: identity)
   bool bound_ = false;
 };
 
