@@ -16,8 +16,8 @@
 // the weights to bf16 and keep bf16 activations, so logits differ by a few
 // tenths and greedy paths split wherever the top two tokens are that close.
 // Two llama.cpp builds (node-llama-cpp 3.3.1 and 3.7.0) on this file already
-// disagree with each other on more than half of the prompts, every time at
-// such a near-tie (see scripts/oracle/README.md for the measured figures).
+// give different greedy continuations for about half of the prompts, each
+// time at such a near-tie (see scripts/oracle/README.md for the figures).
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -40,20 +40,36 @@ namespace {
 using dspark::TokenId;
 using nlohmann::json;
 
-// The largest logit gap, in our logits, allowed between our top-1 and
-// llama.cpp's token at a divergence. The quantization difference between the
-// two engines moves a top-1/top-2 logit gap by up to a few tenths (measured
-// over every teacher-forced position against llama.cpp's own gaps, printed
-// by TeacherForcedArgmaxAgreement); a gap of 0.5 is still a near-tie
-// (probability ratio e^0.5 = 1.65) while a real defect (wrong position,
-// wrong RoPE, wrong norm, a broken kernel) moves logits by several units.
+// Thresholds, from the golden of node-llama-cpp 3.7.0 (llama.cpp b4980, which
+// records llama.cpp's top-2 probabilities per position) on AVX512-BF16 kernels.
+//
+// Over all 1230 teacher-forced positions, our logit gap between llama.cpp's
+// two most probable tokens differs from llama.cpp's own gap by median 0.10,
+// p95 0.32, max 0.75 logits: that is the size of the arithmetic difference
+// between the engines. The two llama.cpp builds differ from each other by as
+// much (at one first divergence between them, 3.7.0 puts its own choice 0.87
+// logits above 3.3.1's). A real defect (wrong position, RoPE, norm or kernel)
+// moves logits by whole units and shows in the median first.
+//
+// Greedy: at the first divergence from llama.cpp, our top-1 may exceed
+// llama.cpp's token by less than this (our logits). Measured max 0.24 over
+// the 23 divergent prompts; every one of them is a near-tie on llama.cpp's
+// side too (its top-2 gap <= 0.22) with our token as its runner-up.
 constexpr double kMaxDivergenceGap = 0.5;
-// Teacher-forced positions where our argmax must equal llama.cpp's token.
+// Teacher-forced disagreements cover 30x more positions, so they reach further
+// into the tail of the difference above (measured max 0.50, where llama.cpp's
+// own gap is 0.03); this bound stays below where a defect would put them.
+constexpr double kMaxTeacherForcedGap = 1.0;
+// Teacher-forced positions where our argmax must equal llama.cpp's token
+// (measured 1195/1230 = 97.2%).
 constexpr double kMinTeacherForcedAgreement = 0.97;
-// Prompts whose whole greedy continuation must equal llama.cpp's. Measured
-// 18 of 40 (AVX512-BF16 kernels); the floor leaves room for the other kernel
-// path, whose different rounding can flip a few more near-ties.
-constexpr int kMinIdenticalPrompts = 14;
+// Median and p95 of |our - llama.cpp| top-1/top-2 logit gap (measured 0.10, 0.32).
+constexpr double kMaxMedianGapError = 0.2;
+constexpr double kMaxP95GapError = 0.5;
+// Prompts whose whole greedy continuation must equal llama.cpp's (measured
+// 17 of 40). The portable kernel path sums in another order, which can flip
+// the closest near-ties (two divergences have gaps of 0.005 logits or less).
+constexpr int kMinIdenticalPrompts = 15;
 
 struct GoldenPrompt {
   std::string id;
@@ -101,6 +117,8 @@ Golden read_golden() {
     gp.prompt_tokens = p.at("prompt_tokens").get<std::vector<TokenId>>();
     gp.generated = p.at("generated_tokens").get<std::vector<TokenId>>();
     gp.stopped_at_eog = p.at("stopped_at_eog").get<bool>();
+    if (gp.prompt_tokens.empty() || gp.generated.empty())
+      throw std::runtime_error(path + ": " + gp.id + " has no prompt or generated tokens");
     if (g.has_top2) {
       for (const auto& pos : p.at("top2")) {
         gp.top1.emplace_back(pos.at(0).at(0).get<TokenId>(), pos.at(0).at(1).get<double>());
@@ -143,6 +161,14 @@ const TeacherForced& teacher_forced(size_t i) {
         target.forward_one(cache, seq, dspark::Logits::All).logits.contiguous();
     const int64_t V = logits.size(1);
     const float* base = logits.data_ptr<float>();
+    std::vector<TokenId> used = p.generated;
+    for (size_t k = 0; k < p.top2.size(); ++k) {
+      used.push_back(p.top1[k].first);
+      used.push_back(p.top2[k].first);
+    }
+    for (TokenId t : used) {
+      if (t < 0 || t >= V) throw std::runtime_error(p.id + ": golden token out of the vocabulary");
+    }
     TeacherForced tf;
     const size_t P = p.prompt_tokens.size();
     for (size_t k = 0; k < p.generated.size(); ++k) {
@@ -262,6 +288,10 @@ TEST_F(LlamaCppParity, GreedyDecodingDivergesOnlyAtNearTies) {
     EXPECT_LT(gap, kMaxDivergenceGap)
         << p.id << " diverges at generated position " << k << ": ours " << tf.top1[k]
         << ", llama.cpp " << p.generated[k] << ", our logit gap " << gap;
+    if (k < p.top2.size()) {
+      EXPECT_EQ(tf.top1[k], p.top2[k].first)
+          << p.id << " position " << k << ": our top-1 is not llama.cpp's runner-up";
+    }
     char theirs[64] = "n/a";
     if (const auto lg = llama_gap(p, k)) {
       const bool ours_second = p.top2[k].first == tf.top1[k];
@@ -288,7 +318,7 @@ TEST_F(LlamaCppParity, GreedyDecodingDivergesOnlyAtNearTies) {
 TEST_F(LlamaCppParity, TeacherForcedArgmaxAgreement) {
   const State& s = state();
   const Golden& g = s.golden;
-  size_t positions = 0, agree = 0;
+  size_t positions = 0, agree = 0, runner_up = 0;
   std::vector<double> gap_error;  // |our top-1/top-2 logit gap - llama.cpp's| on llama.cpp's pair
   double worst_disagreement = 0;
   for (size_t i = 0; i < g.prompts.size(); ++i) {
@@ -296,26 +326,36 @@ TEST_F(LlamaCppParity, TeacherForcedArgmaxAgreement) {
     const TeacherForced& tf = teacher_forced(i);
     for (size_t k = 0; k < p.generated.size(); ++k) {
       ++positions;
-      if (tf.top1[k] == p.generated[k])
+      if (tf.top1[k] == p.generated[k]) {
         ++agree;
-      else
+      } else {
         worst_disagreement = std::max(worst_disagreement, tf.gap_golden[k]);
+        EXPECT_LT(tf.gap_golden[k], kMaxTeacherForcedGap)
+            << p.id << " position " << k << ": ours " << tf.top1[k] << ", llama.cpp "
+            << p.generated[k];
+        if (k < p.top2.size()) {
+          runner_up += tf.top1[k] == p.top2[k].first;
+          EXPECT_EQ(tf.top1[k], p.top2[k].first)
+              << p.id << " position " << k << ": our top-1 is not llama.cpp's runner-up";
+        }
+      }
       if (const auto lg = llama_gap(p, k); lg && k < tf.gap_llama_pair.size())
         gap_error.push_back(std::fabs(tf.gap_llama_pair[k] - *lg));
     }
   }
   const double rate = positions ? static_cast<double>(agree) / static_cast<double>(positions) : 0;
-  std::printf("[parity] teacher-forced argmax: %zu/%zu positions agree (%.1f%%), "
-              "largest gap where not %.3f logits\n",
-              agree, positions, 100 * rate, worst_disagreement);
+  std::printf("[parity] teacher-forced argmax: %zu/%zu positions agree (%.1f%%); where not, "
+              "largest gap %.3f logits, ours is llama.cpp's runner-up at %zu/%zu\n",
+              agree, positions, 100 * rate, worst_disagreement, runner_up, positions - agree);
+  EXPECT_GE(rate, kMinTeacherForcedAgreement);
   if (!gap_error.empty()) {
+    const double median = percentile(gap_error, 0.5), p95 = percentile(gap_error, 0.95);
     std::printf("[parity] |our - llama.cpp| top-1/top-2 logit gap over %zu positions: "
                 "median %.3f, p95 %.3f, max %.3f\n",
-                gap_error.size(), percentile(gap_error, 0.5), percentile(gap_error, 0.95),
-                percentile(gap_error, 1.0));
+                gap_error.size(), median, p95, percentile(gap_error, 1.0));
+    EXPECT_LT(median, kMaxMedianGapError);
+    EXPECT_LT(p95, kMaxP95GapError);
   }
-  EXPECT_GE(rate, kMinTeacherForcedAgreement);
-  EXPECT_LT(worst_disagreement, kMaxDivergenceGap);
 }
 
 }  // namespace

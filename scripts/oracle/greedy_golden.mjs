@@ -89,7 +89,7 @@ const out = {
     max_new_tokens: args.maxTokens,
     top2: withProbabilities,
     top2_note: withProbabilities
-        ? "top2[i] = [[token, probability], [token, probability]]: the two most probable tokens at generated position i with their softmax probabilities (llama.cpp logits, before sampling); logits themselves are not exposed"
+        ? "top2[i] = [[token, probability], [token, probability]]: the two most probable tokens at generated position i with their softmax probabilities over the full vocabulary (llama.cpp logits, before sampling); logits themselves are not exposed, but ln(p1 / p2) is llama.cpp's top-1/top-2 logit gap"
         : "not recorded: the node-llama-cpp version used exposes no logits or token probabilities (evaluateWithMetadata needs node-llama-cpp >= 3.7)",
     prompts: results
 };
