@@ -73,6 +73,7 @@ class RegenCommand : public Command {
     opts_.sampling.validate();
     opts_.chat = !raw_;
     opts_.prompts_file = prompts_;
+    opts_.ctx_size = model_.ctx_size;
     model_.apply_threads();
     const auto prompts = train::read_prompts_jsonl(prompts_);
     LoadedModel m = LoadedModel::load(model_.model);

@@ -329,6 +329,7 @@ RegenSummary regenerate(const LoadedModel& model, const std::vector<PromptEntry>
   if (opts.min_supervised < 0)
     throw InvalidArgument("min_supervised must be >= 0, got " + std::to_string(opts.min_supervised));
   if (opts.limit < 0) throw InvalidArgument("--limit must be >= 0, got " + std::to_string(opts.limit));
+  if (opts.ctx_size < 0) throw InvalidArgument("-c must be >= 0, got " + std::to_string(opts.ctx_size));
   opts.sampling.validate();
   if (opts.chat && !model.chat) {
     throw Error(model.target->info().path +
@@ -345,10 +346,11 @@ RegenSummary regenerate(const LoadedModel& model, const std::vector<PromptEntry>
 
   // fp32 settings rounded to 6 decimals so the manifest reads 0.7, not 0.699999988.
   auto dec6 = [](float v) { return std::round(static_cast<double>(v) * 1e6) / 1e6; };
-  const json sampling = {{"temperature", dec6(opts.sampling.temperature)}, {"top_k", opts.sampling.top_k},
+  json sampling = {{"temperature", dec6(opts.sampling.temperature)}, {"top_k", opts.sampling.top_k},
                          {"top_p", dec6(opts.sampling.top_p)},             {"min_p", dec6(opts.sampling.min_p)},
                          {"seed", opts.sampling.seed},               {"n_predict", opts.n_predict},
                          {"min_supervised", opts.min_supervised}};
+  if (opts.ctx_size > 0) sampling["ctx_size"] = opts.ctx_size;
   const std::string manifest_path = out_dir + "/manifest.json";
   json manifest;
   std::unordered_set<std::string> done_ids;
@@ -362,7 +364,11 @@ RegenSummary regenerate(const LoadedModel& model, const std::vector<PromptEntry>
       throw Error(out_dir + " holds data generated with chat_template " +
                   manifest.value("chat_template", json(true)).dump() + ": use another --out");
     }
-    for (const auto& [key, value] : sampling.items()) {
+    json keys = sampling;
+    if (manifest.contains("sampling") && manifest["sampling"].is_object()) keys.update(manifest["sampling"]);
+    for (const auto& item : keys.items()) {  // every setting either side records
+      const std::string& key = item.key();
+      const json value = sampling.value(key, json());
       const json old = manifest.contains("sampling") ? manifest["sampling"].value(key, json()) : json();
       if (old != value) {
         throw Error(out_dir + " holds data generated with " + key + " = " + old.dump() + ", not " +
@@ -422,6 +428,8 @@ RegenSummary regenerate(const LoadedModel& model, const std::vector<PromptEntry>
   // Encode; prompts that cannot fit the context are dropped without generating.
   GenerateOptions gen;
   gen.n_predict = opts.n_predict;
+  gen.ctx_size = opts.ctx_size;
+  const int64_t ctx = opts.ctx_size > 0 ? opts.ctx_size : info.context;
   gen.sampling = opts.sampling;
   gen.stop_ids = model.stop_ids;
   std::vector<BatchRequest> requests;
@@ -430,7 +438,7 @@ RegenSummary regenerate(const LoadedModel& model, const std::vector<PromptEntry>
   for (size_t p = 0; p < todo.size(); ++p) {
     const size_t i = todo[p];
     std::vector<TokenId> ids = model.encode_prompt(prompts[i].text, opts.chat);
-    if (ids.empty() || static_cast<int64_t>(ids.size()) >= info.context) {
+    if (ids.empty() || static_cast<int64_t>(ids.size()) >= ctx) {
       ready.emplace(p, Outcome{});
       continue;
     }

@@ -23,7 +23,7 @@
 //      "n_supervised": M,                  tokens with loss_mask 1
 //      "n_dropped": D,                     prompts processed but not stored
 //      "sampling": {"temperature", "top_k", "top_p", "min_p", "seed",
-//                   "n_predict", "min_supervised"},
+//                   "n_predict", "min_supervised", "ctx_size" (only when set)},
 //      "shards": [{"file": "data-00000.safetensors", "n_sequences",
 //                  "n_tokens", "n_supervised", "n_dropped"}, ...]}
 //
@@ -142,6 +142,7 @@ struct RegenOptions {
   /// file) samples with seed `sampling.seed + i`.
   SamplingParams sampling{0.7f, 20, 0.8f, 0.0f, 0};
   int64_t n_predict = 256;         // maximum response tokens before a stop id
+  int64_t ctx_size = 0;            // context length in tokens (0 = the model's)
   int64_t batch = 32;              // active sequences per forward call (measured fastest)
   int64_t min_supervised = 14;     // drop sequences with fewer response tokens
   int64_t shard_sequences = 256;   // stored sequences per shard
@@ -178,8 +179,8 @@ struct RegenSummary {
 /// resumed run produces the same shards as an uninterrupted one.
 ///
 /// Throws dspark::InvalidArgument for invalid options (batch < 1,
-/// n_predict < 1, shard_sequences < 1, min_supervised < 0, limit < 0, bad
-/// sampling), dspark::Error when the chat template is requested but the model
+/// n_predict < 1, shard_sequences < 1, min_supervised < 0, limit < 0,
+/// ctx_size < 0, bad sampling), dspark::Error when the chat template is requested but the model
 /// has none, when the existing manifest was made with another target or other
 /// sampling settings (message names the differing field and says to use
 /// another --out), and dspark::FormatError for an unreadable manifest or
