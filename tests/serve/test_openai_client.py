@@ -1,0 +1,470 @@
+#!/usr/bin/env python3
+"""End-to-end checks of `dspark serve` with the official `openai` client.
+
+Runs against a server that is already up:
+
+    python3 tests/serve/test_openai_client.py --base-url http://127.0.0.1:8080 [--suite full]
+
+Suites: "full" (every check except the disconnect one; needs --parallel >= 8
+for the concurrency check to batch) and "disconnect" (a client that goes away
+mid-stream frees its slot; meant for a --parallel 1 server). Greedy requests
+(temperature 0) only, so results are deterministic. Exit status 0 when every
+check passes. tests/serve_test.cpp starts the servers and runs this script.
+"""
+
+import argparse
+import http.client
+import json
+import socket
+import sys
+import threading
+import time
+import traceback
+import urllib.parse
+
+import openai
+
+MODEL = "smollm2"
+CHECKS = {}
+
+
+def check(suite):
+    def register(fn):
+        CHECKS.setdefault(suite, []).append(fn)
+        return fn
+
+    return register
+
+
+class Ctx:
+    def __init__(self, base_url):
+        self.base = base_url.rstrip("/")
+        u = urllib.parse.urlparse(self.base)
+        self.host, self.port = u.hostname, u.port
+        self.client = openai.OpenAI(base_url=self.base + "/v1", api_key="unused", max_retries=0, timeout=180)
+
+    def raw(self, method, path, body=None, timeout=180):
+        """One plain HTTP request; returns (status, headers dict, body bytes)."""
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+        try:
+            headers = {"Content-Type": "application/json"} if body is not None else {}
+            conn.request(method, path, body=body, headers=headers)
+            r = conn.getresponse()
+            return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
+        finally:
+            conn.close()
+
+    def health(self):
+        status, _, body = self.raw("GET", "/health")
+        assert status == 200, (status, body)
+        return json.loads(body)
+
+
+def extra(obj, key):
+    return obj.to_dict()[key]
+
+
+def chat(ctx, content, **kw):
+    kw.setdefault("max_tokens", 16)
+    kw.setdefault("temperature", 0)
+    return ctx.client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": content}], **kw)
+
+
+def complete(ctx, prompt, **kw):
+    kw.setdefault("max_tokens", 16)
+    kw.setdefault("temperature", 0)
+    return ctx.client.completions.create(model=MODEL, prompt=prompt, **kw)
+
+
+def stream_completion(ctx, prompt, **kw):
+    """Streams a completion; returns (text, chunks' texts, finish_reason, usage)."""
+    kw.setdefault("max_tokens", 16)
+    kw.setdefault("temperature", 0)
+    pieces, finish, usage = [], None, None
+    for ch in ctx.client.completions.create(
+        model=MODEL, prompt=prompt, stream=True, stream_options={"include_usage": True}, **kw
+    ):
+        if ch.usage is not None:
+            usage = ch.usage
+        for c in ch.choices:
+            if c.text:
+                pieces.append(c.text)
+            if c.finish_reason is not None:
+                finish = c.finish_reason
+    return "".join(pieces), pieces, finish, usage
+
+
+def check_usage(r, max_tokens):
+    u = r.usage
+    assert u.prompt_tokens > 0, u
+    assert u.total_tokens == u.prompt_tokens + u.completion_tokens, u
+    assert 1 <= u.completion_tokens <= max_tokens, u
+    if r.choices[0].finish_reason == "length":
+        assert u.completion_tokens == max_tokens, u
+
+
+def check_stats(r):
+    s = extra(r, "dspark")
+    for k in ("tau", "drafted", "accepted", "target_calls", "acceptance_by_position"):
+        assert k in s, (k, s)
+    assert s["tau"] >= 1.0 or r.usage.completion_tokens <= 1, s
+    assert s["accepted"] <= s["drafted"], s
+
+
+# ---- full suite ----------------------------------------------------------------
+
+
+@check("full")
+def health_and_models(ctx):
+    h = ctx.health()
+    assert h["status"] == "ok", h
+    ids = [m.id for m in ctx.client.models.list().data]
+    assert ids == [MODEL], ids
+
+
+@check("full")
+def chat_non_streaming(ctx):
+    r = chat(ctx, "What is the capital of France?", max_tokens=16)
+    assert r.object == "chat.completion", r
+    msg = r.choices[0].message
+    assert msg.role == "assistant", msg
+    assert msg.content.startswith("The capital of France is Paris"), msg.content
+    assert r.choices[0].finish_reason in ("stop", "length"), r.choices[0]
+    check_usage(r, 16)
+    check_stats(r)
+
+
+@check("full")
+def chat_streaming_equals_non_streaming(ctx):
+    q = "Name three colors."
+    full = chat(ctx, q, max_tokens=20)
+    pieces, finish, usage, roles = [], None, None, []
+    for ch in ctx.client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": q}],
+        max_tokens=20,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+    ):
+        assert ch.object == "chat.completion.chunk", ch
+        if ch.usage is not None:
+            usage = ch.usage
+        for c in ch.choices:
+            if c.delta.role:
+                roles.append(c.delta.role)
+            if c.delta.content:
+                pieces.append(c.delta.content)
+            if c.finish_reason is not None:
+                finish = c.finish_reason
+    assert roles == ["assistant"], roles
+    assert "".join(pieces) == full.choices[0].message.content, (pieces, full.choices[0].message.content)
+    assert finish == full.choices[0].finish_reason, (finish, full.choices[0].finish_reason)
+    assert usage is not None and usage.completion_tokens == full.usage.completion_tokens, (usage, full.usage)
+    assert usage.prompt_tokens == full.usage.prompt_tokens, (usage, full.usage)
+
+
+@check("full")
+def completion_streaming_equals_non_streaming(ctx):
+    p = "The quick brown fox"
+    full = complete(ctx, p, max_tokens=20)
+    assert full.object == "text_completion", full
+    check_usage(full, 20)
+    check_stats(full)
+    text, pieces, finish, usage = stream_completion(ctx, p, max_tokens=20)
+    assert text == full.choices[0].text, (pieces, full.choices[0].text)
+    assert finish == full.choices[0].finish_reason, finish
+    assert usage.completion_tokens == full.usage.completion_tokens, (usage, full.usage)
+
+
+@check("full")
+def streamed_chunks_are_valid_utf8(ctx):
+    # Japanese and emoji come out as several byte-level tokens per character:
+    # no chunk may carry half a character.
+    prompt = "日本語の例文: 今日はとても良い天気ですね。🌸 明日は"
+    body = json.dumps({"model": MODEL, "prompt": prompt, "max_tokens": 24, "temperature": 0, "stream": True})
+    status, headers, raw = ctx.raw("POST", "/v1/completions", body.encode())
+    assert status == 200, (status, raw[:300])
+    assert headers.get("content-type", "").startswith("text/event-stream"), headers
+    events = [e for e in raw.split(b"\n\n") if e.strip()]
+    assert events[-1] == b"data: [DONE]", events[-1]
+    text = []
+    for e in events[:-1]:
+        if e.startswith(b":"):
+            continue  # keep-alive comment
+        assert e.startswith(b"data: "), e
+        payload = e[len(b"data: ") :].decode("utf-8")  # strict: raises on a split character
+        chunk = json.loads(payload)
+        for c in chunk["choices"]:
+            text.append(c["text"])
+    full = complete(ctx, prompt, max_tokens=24)
+    assert "".join(text) == full.choices[0].text, ("".join(text), full.choices[0].text)
+    assert len(text) >= 3, text
+    assert any(ord(ch) > 0x7F for ch in full.choices[0].text), full.choices[0].text
+
+
+def two_token_stop(text):
+    """A stop string across a word boundary (the pre-tokenizer puts the space
+    with the next word, so it spans at least two tokens): 'ab cd' around the
+    first space with two letters on either side after the first few chars."""
+    for i in range(4, len(text) - 3):
+        if text[i] == " " and text[i - 2 : i].isalpha() and text[i + 1 : i + 3].isalpha():
+            stop = text[i - 2 : i + 3]
+            if text.find(stop) == i - 2:
+                return stop, i - 2
+    raise AssertionError("no word boundary to put a stop string on in %r" % text)
+
+
+@check("full")
+def stop_string_across_tokens(ctx):
+    prompt = "Once upon a time, in a small village by the sea,"
+    base = complete(ctx, prompt, max_tokens=24)
+    t = base.choices[0].text
+    stop, at = two_token_stop(t)
+    for stops in ([stop], ["never-appears-§", stop]):
+        r = complete(ctx, prompt, max_tokens=24, stop=stops)
+        assert r.choices[0].text == t[:at], (stops, r.choices[0].text, t[:at])
+        assert r.choices[0].finish_reason == "stop", r.choices[0]
+        k = r.usage.completion_tokens
+        # k counts the tokens up to and including the one completing the stop:
+        # the first k tokens contain it, the first k-1 do not.
+        with_k = complete(ctx, prompt, max_tokens=k).choices[0].text
+        assert stop in with_k, (k, with_k, stop)
+        if k > 1:
+            without = complete(ctx, prompt, max_tokens=k - 1).choices[0].text
+            assert stop not in without, (k, without, stop)
+        text, pieces, finish, usage = stream_completion(ctx, prompt, max_tokens=24, stop=stops)
+        assert text == t[:at], (pieces, t[:at])
+        assert finish == "stop", finish
+        assert usage.completion_tokens == k, (usage, k)
+        assert all(stop not in p for p in pieces), pieces
+
+
+@check("full")
+def stop_string_in_chat(ctx):
+    full = chat(ctx, "What is the capital of France?", max_tokens=16).choices[0].message.content
+    r = chat(ctx, "What is the capital of France?", max_tokens=16, stop=["Paris"])
+    assert r.choices[0].message.content == full[: full.index("Paris")], (r.choices[0].message.content, full)
+    assert r.choices[0].finish_reason == "stop"
+
+
+@check("full")
+def held_back_text_is_flushed(ctx):
+    prompt = "Once upon a time, in a small village by the sea,"
+    base = complete(ctx, prompt, max_tokens=24)
+    t = base.choices[0].text
+    assert base.choices[0].finish_reason == "length", base.choices[0]
+    # The last characters are a prefix of this stop string, so they are held
+    # back until generation ends; then they must come out.
+    stop = t[-3:] + "\u2603\u2603never"
+    r = complete(ctx, prompt, max_tokens=24, stop=stop)
+    assert r.choices[0].text == t, (r.choices[0].text, t)
+    assert r.choices[0].finish_reason == "length"
+    assert r.usage.completion_tokens == 24
+    text, pieces, finish, usage = stream_completion(ctx, prompt, max_tokens=24, stop=stop)
+    assert text == t, (pieces, t)
+    assert finish == "length" and usage.completion_tokens == 24, (finish, usage)
+
+
+PROMPTS = [
+    "What is the capital of France?",
+    "Name three colors.",
+    "Write a haiku about the sea.",
+    "What is 2 + 2?",
+    "Give me a synonym for happy.",
+    "Who wrote Hamlet?",
+    "Describe a cat in one sentence.",
+    "List two prime numbers.",
+]
+
+
+@check("full")
+def concurrent_requests_equal_sequential(ctx):
+    alone = []
+    steps0 = ctx.health()["steps"]
+    for p in PROMPTS:
+        r = chat(ctx, p, max_tokens=12)
+        alone.append((r.choices[0].message.content, r.usage.completion_tokens, r.choices[0].finish_reason))
+    steps_alone = ctx.health()["steps"] - steps0
+
+    together = [None] * len(PROMPTS)
+    errors = []
+
+    def run(i):
+        try:
+            r = chat(ctx, PROMPTS[i], max_tokens=12)
+            together[i] = (r.choices[0].message.content, r.usage.completion_tokens, r.choices[0].finish_reason)
+        except Exception as e:  # reported below
+            errors.append(repr(e))
+
+    steps0 = ctx.health()["steps"]
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(PROMPTS))]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    steps_together = ctx.health()["steps"] - steps0
+    assert not errors, errors
+    for i, (a, b) in enumerate(zip(alone, together)):
+        assert a == b, (PROMPTS[i], a, b)
+    # Batched: far fewer target calls than one request after another.
+    assert steps_together < steps_alone, (steps_together, steps_alone)
+
+
+BAD = [
+    ("/v1/completions", b'{"model": "x", "prompt": "hi",', ""),
+    ("/v1/completions", b"not json at all", ""),
+    ("/v1/completions", b"[1, 2, 3]", ""),
+    ("/v1/completions", b'{"max_tokens": 4}', "prompt"),
+    ("/v1/completions", b'{"prompt": 42}', "prompt"),
+    ("/v1/completions", b'{"prompt": "hi", "max_tokens": "ten"}', "max_tokens"),
+    ("/v1/completions", b'{"prompt": "hi", "max_tokens": 0}', "max_tokens"),
+    ("/v1/completions", b'{"prompt": "hi", "max_tokens": -3}', "max_tokens"),
+    ("/v1/completions", b'{"prompt": "hi", "max_tokens": 10000000}', "max_tokens"),
+    ("/v1/completions", b'{"prompt": "hi", "temperature": "hot"}', "temperature"),
+    ("/v1/completions", b'{"prompt": "hi", "temperature": -0.5}', "temperature"),
+    ("/v1/completions", b'{"prompt": "hi", "top_p": 0}', "top_p"),
+    ("/v1/completions", b'{"prompt": "hi", "top_p": 1.5}', "top_p"),
+    ("/v1/completions", b'{"prompt": "hi", "stop": 7}', "stop"),
+    ("/v1/completions", b'{"prompt": "hi", "stream": "yes"}', "stream"),
+    ("/v1/chat/completions", b'{"messages": "hello"}', "messages"),
+    ("/v1/chat/completions", b'{"messages": []}', "messages"),
+    ("/v1/chat/completions", b'{"messages": [{"role": "wizard", "content": "hi"}]}', "messages"),
+    ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": 5}]}', "messages"),
+    ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1.5}', "max_tokens"),
+]
+
+
+@check("full")
+def bad_requests_get_400_and_server_keeps_serving(ctx):
+    for path, body, param in BAD:
+        status, headers, raw = ctx.raw("POST", path, body)
+        assert status == 400, (body, status, raw)
+        assert headers.get("content-type", "").startswith("application/json"), (body, headers)
+        err = json.loads(raw)["error"]
+        assert err["type"] == "invalid_request_error", (body, err)
+        assert isinstance(err["message"], str) and err["message"], (body, err)
+        assert err["param"] == (param or None), (body, err)
+    status, _, raw = ctx.raw("GET", "/v1/no-such-endpoint")
+    assert status == 404 and "error" in json.loads(raw), (status, raw)
+    # The official client surfaces them as BadRequestError.
+    for kw in ({"max_tokens": 0}, {"temperature": -1}, {"max_tokens": 10**7}):
+        try:
+            complete(ctx, "hi", **kw)
+        except openai.BadRequestError as e:
+            assert e.status_code == 400, e
+        else:
+            raise AssertionError("accepted %r" % (kw,))
+    # Unknown fields with correct types are ignored; the server still serves.
+    status, _, raw = ctx.raw(
+        "POST", "/v1/completions", b'{"prompt": "Hello", "max_tokens": 3, "temperature": 0, "frobnicate": {"x": 1}}'
+    )
+    assert status == 200, (status, raw)
+    r = json.loads(raw)
+    assert r["usage"]["completion_tokens"] <= 3, r
+    assert ctx.health()["status"] == "ok"
+
+
+# ---- disconnect suite ------------------------------------------------------------
+
+COUNTING = "1, 2, 3, 4, 5, 6, 7, 8,"
+
+
+def wait_idle(ctx, timeout=30):
+    end = time.time() + timeout
+    while time.time() < end:
+        h = ctx.health()
+        if h["active"] == 0 and h["queued"] == 0:
+            return h
+        time.sleep(0.1)
+    raise AssertionError("slot not freed: %r" % ctx.health())
+
+
+def quick_request_completes(ctx):
+    t0 = time.time()
+    r = complete(ctx, "Hello", max_tokens=4)
+    assert r.usage.completion_tokens >= 1, r
+    assert time.time() - t0 < 60, time.time() - t0
+
+
+@check("disconnect")
+def client_abort_frees_slot(ctx):
+    assert ctx.health()["parallel"] == 1
+    done0 = ctx.health()["completed"]
+    # The official client: read two chunks of a long stream, then close it.
+    stream = ctx.client.completions.create(model=MODEL, prompt=COUNTING, max_tokens=4000, temperature=0, stream=True)
+    got = 0
+    for ch in stream:
+        got += 1
+        if got == 2:
+            break
+    stream.close()
+    h = wait_idle(ctx)
+    assert h["completed"] == done0 + 1, h
+    quick_request_completes(ctx)
+
+
+@check("disconnect")
+def socket_reset_frees_slot(ctx):
+    # A raw socket that sends a streaming request and resets the connection.
+    done0 = ctx.health()["completed"]
+    body = json.dumps({"prompt": COUNTING, "max_tokens": 4000, "temperature": 0, "stream": True}).encode()
+    s = socket.create_connection((ctx.host, ctx.port), timeout=60)
+    s.sendall(
+        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        + b"Content-Length: %d\r\n\r\n" % len(body)
+        + body
+    )
+    buf = b""
+    while buf.count(b"data: ") < 3:
+        part = s.recv(4096)
+        assert part, buf
+        buf += part
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    s.close()
+    h = wait_idle(ctx)
+    assert h["completed"] == done0 + 1, h
+    quick_request_completes(ctx)
+
+
+@check("disconnect")
+def queued_request_waits_for_the_slot(ctx):
+    # With one slot, two requests still both complete (the second waits).
+    out = [None, None]
+
+    def run(i):
+        out[i] = complete(ctx, "Hello", max_tokens=6).choices[0].text
+
+    ths = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for t in ths:
+        t.start()
+    for t in ths:
+        t.join()
+    assert out[0] is not None and out[0] == out[1], out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--base-url", required=True)
+    ap.add_argument("--suite", default="full", choices=sorted(CHECKS))
+    ap.add_argument("-k", default="", help="run only checks whose name contains this")
+    a = ap.parse_args()
+    ctx = Ctx(a.base_url)
+    failed = 0
+    for fn in CHECKS[a.suite]:
+        if a.k not in fn.__name__:
+            continue
+        t0 = time.time()
+        try:
+            fn(ctx)
+            print("PASS %-45s %6.1fs" % (fn.__name__, time.time() - t0), flush=True)
+        except Exception:
+            failed += 1
+            print("FAIL %-45s %6.1fs" % (fn.__name__, time.time() - t0), flush=True)
+            traceback.print_exc()
+    print("%s: %d failed" % (a.suite, failed), flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,593 @@
+// Tests of `dspark serve`: stop-string matching, request parsing and response
+// shapes (pure functions); the batching engine on a tiny random Llama
+// (batched output equals single-request output, stop strings, cancellation,
+// shutdown); and the whole server driven by the official `openai` Python
+// client against the real SmolLM2 model (tests/serve/test_openai_client.py).
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dspark/error.hpp"
+#include "dspark/model/loaded_model.hpp"
+#include "dspark/serve/api.hpp"
+#include "dspark/serve/engine.hpp"
+#include "dspark/serve/stop_matcher.hpp"
+#include "dspark/spec/drafter.hpp"
+#include "dspark/spec/generate.hpp"
+#include "test_util.hpp"
+
+namespace dspark::serve {
+namespace {
+
+using namespace std::chrono_literals;
+
+// ---- StopMatcher ------------------------------------------------------------------
+
+// Pushes `pieces` in order; returns everything emitted (including the final flush).
+std::string run_matcher(StopMatcher& m, const std::vector<std::string>& pieces) {
+  std::string out;
+  for (const auto& p : pieces) out += m.push(p);
+  return out + m.flush();
+}
+
+TEST(StopMatcher, NoStopsPassesEverythingThrough) {
+  StopMatcher m;
+  EXPECT_EQ(m.push("Hello"), "Hello");
+  EXPECT_EQ(m.push(" world"), " world");
+  EXPECT_EQ(m.flush(), "");
+  EXPECT_FALSE(m.matched());
+}
+
+TEST(StopMatcher, MatchAcrossPiecesIsNeverEmitted) {
+  StopMatcher m({"STOP"});
+  EXPECT_EQ(m.push("abc ST"), "abc ");  // "ST" could begin the stop string
+  EXPECT_EQ(m.held(), "ST");
+  EXPECT_EQ(m.push("O"), "");
+  EXPECT_EQ(m.push("Pxyz"), "");
+  EXPECT_TRUE(m.matched());
+  EXPECT_EQ(m.matched_stop(), "STOP");
+  EXPECT_EQ(m.push("more"), "");
+  EXPECT_EQ(m.flush(), "");
+}
+
+TEST(StopMatcher, FalseStartIsReleased) {
+  StopMatcher m({"STOP"});
+  EXPECT_EQ(m.push("ST"), "");
+  EXPECT_EQ(m.push("OX"), "STOX");
+  EXPECT_FALSE(m.matched());
+  // A held prefix comes out when generation ends.
+  EXPECT_EQ(m.push("..STO"), "..");
+  EXPECT_EQ(m.flush(), "STO");
+}
+
+TEST(StopMatcher, EarliestOfSeveralStopsWins) {
+  StopMatcher m({"world", "o w", ""});
+  EXPECT_EQ(run_matcher(m, {"hell", "o wor", "ld"}), "hell");
+  EXPECT_EQ(m.matched_stop(), "o w");
+  StopMatcher same_start({"abcd", "ab"});
+  EXPECT_EQ(run_matcher(same_start, {"xxabcd"}), "xx");
+  EXPECT_EQ(same_start.matched_stop(), "ab");
+}
+
+TEST(StopMatcher, OverlappingPrefixes) {
+  // "aab" inside "aaab": the first 'a' is released once it cannot start a match.
+  StopMatcher m({"aab"});
+  EXPECT_EQ(m.push("a"), "");
+  EXPECT_EQ(m.push("a"), "");
+  EXPECT_EQ(m.push("a"), "a");
+  EXPECT_EQ(m.push("b"), "");
+  EXPECT_TRUE(m.matched());
+}
+
+TEST(StopMatcher, MultibyteStops) {
+  StopMatcher m({"é!"});
+  EXPECT_EQ(m.push("café"), "caf");
+  EXPECT_EQ(m.push("!"), "");
+  EXPECT_TRUE(m.matched());
+  StopMatcher n({"éx"});
+  EXPECT_EQ(run_matcher(n, {"caf", "é", "é"}), "caféé");
+}
+
+// Property: for random texts split at random points, the output equals the
+// text up to the first occurrence of any stop (or the whole text).
+TEST(StopMatcher, RandomSplitsMatchReference) {
+  std::mt19937 rng(7);
+  const std::vector<std::string> stops = {"ab", "bca", "ccc"};
+  for (int iter = 0; iter < 2000; ++iter) {
+    std::string text;
+    const int n = 1 + static_cast<int>(rng() % 20);
+    for (int i = 0; i < n; ++i) text += "abc"[rng() % 3];
+    size_t first = std::string::npos;
+    for (const auto& s : stops) first = std::min(first, text.find(s));
+    const std::string expected = first == std::string::npos ? text : text.substr(0, first);
+    std::vector<std::string> pieces;
+    for (size_t i = 0; i < text.size();) {
+      const size_t len = 1 + rng() % 4;
+      pieces.push_back(text.substr(i, len));
+      i += len;
+    }
+    StopMatcher m(stops);
+    ASSERT_EQ(run_matcher(m, pieces), expected) << text;
+    ASSERT_EQ(m.matched(), first != std::string::npos) << text;
+  }
+}
+
+// ---- request parsing --------------------------------------------------------------
+
+// The param named by the RequestError that parsing `body` throws.
+std::string error_param(const std::string& body, Endpoint ep = Endpoint::Completions) {
+  try {
+    parse_request(body, ep, SamplingParams{});
+  } catch (const RequestError& e) {
+    EXPECT_FALSE(std::string(e.what()).empty());
+    return e.param();
+  }
+  ADD_FAILURE() << "accepted: " << body;
+  return "<accepted>";
+}
+
+TEST(ServeApi, ParsesCompletionFields) {
+  SamplingParams defaults;
+  defaults.temperature = 0.7f;
+  const ApiRequest r = parse_request(
+      R"({"model": "m", "prompt": "Hi", "max_tokens": 12, "top_p": 0.5, "top_k": -1, "min_p": 0,
+          "seed": 42, "stop": ["a", "", "bc"], "stream": true, "stream_options": {"include_usage": true},
+          "logprobs": null, "unknown": {"x": [1, 2]}})",
+      Endpoint::Completions, defaults);
+  EXPECT_EQ(r.prompt, "Hi");
+  EXPECT_EQ(r.max_tokens, 12);
+  EXPECT_FLOAT_EQ(r.sampling.temperature, 0.7f);  // the server default
+  EXPECT_FLOAT_EQ(r.sampling.top_p, 0.5f);
+  EXPECT_EQ(r.sampling.top_k, 0);
+  EXPECT_FLOAT_EQ(r.sampling.min_p, 0.f);
+  EXPECT_EQ(r.sampling.seed, 42u);
+  EXPECT_TRUE(r.seed_given);
+  EXPECT_EQ(r.stop, (std::vector<std::string>{"a", "bc"}));
+  EXPECT_TRUE(r.stream);
+  EXPECT_TRUE(r.include_usage);
+
+  const ApiRequest d = parse_request(R"({"prompt": "x", "stop": "END", "temperature": 0})",
+                                     Endpoint::Completions, defaults);
+  EXPECT_FALSE(d.max_tokens.has_value());
+  EXPECT_TRUE(d.sampling.greedy());
+  EXPECT_FALSE(d.seed_given);
+  EXPECT_EQ(d.stop, std::vector<std::string>{"END"});
+  EXPECT_FALSE(d.stream);
+}
+
+TEST(ServeApi, ParsesChatMessages) {
+  const ApiRequest r = parse_request(
+      R"({"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
+                       {"role": "assistant", "content": "Hello!", "name": "bot"}],
+          "max_completion_tokens": 5})",
+      Endpoint::ChatCompletions, SamplingParams{});
+  ASSERT_EQ(r.messages.size(), 3u);
+  EXPECT_EQ(r.messages[0].role, "system");
+  EXPECT_EQ(r.messages[2].content, "Hello!");
+  EXPECT_EQ(r.max_tokens, 5);
+}
+
+TEST(ServeApi, RejectsBadRequestsNamingTheField) {
+  EXPECT_EQ(error_param(R"({"prompt": "hi",)"), "");
+  EXPECT_EQ(error_param("[1]"), "");
+  EXPECT_EQ(error_param(R"({"max_tokens": 3})"), "prompt");
+  EXPECT_EQ(error_param(R"({"prompt": ["a"]})"), "prompt");
+  EXPECT_EQ(error_param(R"({"prompt": "hi", "model": 3})"), "model");
+  EXPECT_EQ(error_param(R"({"prompt": "hi", "max_tokens": "ten"})"), "max_tokens");
+  EXPECT_EQ(error_param(R"({"prompt": "hi", "max_tokens": 0})"), "max_tokens");
+  EXPECT_EQ(error_param(R"({"prompt": "hi", "max_tokens": 2.5})"), "max_tokens");
+  EXPECT_EQ(error_param(R"({"prompt": "hi", "temperature": "hot"})"), "temperature");
+  EXPECT_EQ(error_param(R"({"prompt": "hi", "temperature": -0.1})"), "temperature");
+  EXPECT_EQ(error_param(R"({"prompt": "hi", "top_p": 0})"), "top_p");
+  EXPECT_EQ(error_param(R"({"prompt": "hi", "top_p": 1.01})"), "top_p");
+  EXPECT_EQ(error_param(R"({"prompt": "hi", "top_k": -2})"), "top_k");
+  EXPECT_EQ(error_param(R"({"prompt": "hi", "min_p": 2})"), "min_p");
+  EXPECT_EQ(error_param(R"({"prompt": "hi", "seed": "x"})"), "seed");
+  EXPECT_EQ(error_param(R"({"prompt": "hi", "stop": [1]})"), "stop");
+  EXPECT_EQ(error_param(R"({"prompt": "hi", "stream": 1})"), "stream");
+  EXPECT_EQ(error_param(R"({"prompt": "hi", "n": 2})"), "n");
+  const auto chat = Endpoint::ChatCompletions;
+  EXPECT_EQ(error_param(R"({"messages": "hi"})", chat), "messages");
+  EXPECT_EQ(error_param(R"({"messages": []})", chat), "messages");
+  EXPECT_EQ(error_param(R"({})", chat), "messages");
+  EXPECT_EQ(error_param(R"({"messages": [{"role": "tool", "content": "x"}]})", chat), "messages");
+  EXPECT_EQ(error_param(R"({"messages": [{"role": "user"}]})", chat), "messages");
+  EXPECT_EQ(error_param(R"({"messages": [{"role": "user", "content": ["x"]}]})", chat), "messages");
+  EXPECT_EQ(error_param(R"({"messages": [3]})", chat), "messages");
+}
+
+TEST(ServeApi, ResponseShapes) {
+  RequestOutcome o;
+  o.reason = FinishReason::Stop;
+  o.prompt_tokens = 5;
+  o.completion_tokens = 3;
+  o.stats.rounds = 2;
+  o.stats.accepted = 1;
+  o.stats.drafted = 4;
+  const ResponseMeta chat{Endpoint::ChatCompletions, "chatcmpl-1", 123, "m"};
+  const auto r = response_json(chat, "hey", o);
+  EXPECT_EQ(r["object"], "chat.completion");
+  EXPECT_EQ(r["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(r["choices"][0]["message"]["content"], "hey");
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(r["usage"]["total_tokens"], 8);
+  EXPECT_DOUBLE_EQ(r["dspark"]["tau"].get<double>(), 1.5);
+  EXPECT_EQ(chunk_json(chat, "a")["choices"][0]["delta"]["content"], "a");
+  EXPECT_TRUE(chunk_json(chat, "a")["choices"][0]["finish_reason"].is_null());
+  EXPECT_EQ(role_chunk_json(chat)["choices"][0]["delta"]["role"], "assistant");
+  o.reason = FinishReason::Length;
+  EXPECT_EQ(final_chunk_json(chat, o)["choices"][0]["finish_reason"], "length");
+  EXPECT_TRUE(usage_chunk_json(chat, o)["choices"].empty());
+
+  const ResponseMeta cmpl{Endpoint::Completions, "cmpl-1", 123, "m"};
+  EXPECT_EQ(response_json(cmpl, "x", o)["object"], "text_completion");
+  EXPECT_EQ(response_json(cmpl, "x", o)["choices"][0]["text"], "x");
+  EXPECT_EQ(chunk_json(cmpl, "y")["choices"][0]["text"], "y");
+  EXPECT_EQ(sse_event(nlohmann::json{{"a", 1}}), "data: {\"a\":1}\n\n");
+  const auto err = error_body("bad", "invalid_request_error", "max_tokens");
+  EXPECT_EQ(err["error"]["param"], "max_tokens");
+  EXPECT_TRUE(error_body("bad", "invalid_request_error")["error"]["param"].is_null());
+}
+
+// ---- the engine on a tiny random Llama ----------------------------------------------
+
+class ServeEngine : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    tmp_ = new test::TempDir();
+    const std::string path = tmp_->file("tiny.gguf");
+    test::write_tiny_llama(path, 11);
+    model_ = new LoadedModel(LoadedModel::load(path));
+    DrafterConfig c;
+    c.gamma = 4;
+    c.markov_rank = 32;
+    c.complete_from(model_->target->info());
+    drafter_ = new Drafter(Drafter::init(c, 3));
+    drafter_->bind(*model_->target);
+  }
+  static void TearDownTestSuite() {
+    delete drafter_;
+    delete model_;
+    delete tmp_;
+  }
+
+  // Greedy options; `eos` false: only the token budget ends generation.
+  static GenerateOptions greedy(int64_t n, bool eos = true) {
+    GenerateOptions g;
+    g.n_predict = n;
+    g.ctx_size = 256;
+    g.sampling.temperature = 0;
+    if (eos) g.stop_ids = model_->stop_ids;
+    return g;
+  }
+  static std::vector<TokenId> prompt(int i) {
+    return model_->tokenizer->encode("the prompt number " + std::to_string(i) + " says hello", false);
+  }
+  // Plain single-request decoding: tokens and their streamed text.
+  static std::pair<std::vector<TokenId>, std::string> alone(const std::vector<TokenId>& p, int64_t n) {
+    const GenerateResult r = generate_plain(*model_->target, p, greedy(n));
+    tok::StreamDecoder d(*model_->tokenizer);
+    std::string text;
+    for (TokenId t : r.tokens) text += d.push(t);
+    return {r.tokens, text + d.flush()};
+  }
+
+  static test::TempDir* tmp_;
+  static LoadedModel* model_;
+  static Drafter* drafter_;
+};
+test::TempDir* ServeEngine::tmp_ = nullptr;
+LoadedModel* ServeEngine::model_ = nullptr;
+Drafter* ServeEngine::drafter_ = nullptr;
+
+TEST_F(ServeEngine, BatchedOutputEqualsSingleRequestOutput) {
+  // Plain, speculative, and speculative with a scheduler (a falling SPS
+  // curve, so verify windows are cut) must all reproduce plain decoding.
+  std::vector<double> sps;
+  for (int b = 1; b <= 64; ++b) sps.push_back(100.0 / (1.0 + 0.05 * b));
+  struct Config {
+    const DraftModel* drafter;
+    std::vector<double> sps;
+    int parallel;
+  };
+  for (const Config& cfg : {Config{nullptr, {}, 4}, Config{drafter_, {}, 4}, Config{drafter_, sps, 3}}) {
+    EngineOptions eo;
+    eo.parallel = cfg.parallel;
+    eo.sps = cfg.sps;
+    Engine engine(*model_->target, *model_->tokenizer, cfg.drafter, eo);
+    std::vector<std::shared_ptr<Request>> reqs;
+    for (int i = 0; i < 7; ++i) reqs.push_back(engine.submit(prompt(i), greedy(10 + i), {}));
+    for (int i = 0; i < 7; ++i) {
+      const std::string text = reqs[i]->wait();
+      const auto [tokens, expected] = alone(prompt(i), 10 + i);
+      EXPECT_EQ(text, expected) << "request " << i;
+      const RequestOutcome& o = reqs[i]->outcome();
+      EXPECT_EQ(o.completion_tokens, static_cast<int64_t>(tokens.size()));
+      EXPECT_EQ(o.prompt_tokens, static_cast<int64_t>(prompt(i).size()));
+      EXPECT_TRUE(o.reason == FinishReason::Length || o.reason == FinishReason::Stop);
+      EXPECT_EQ(o.speculative, cfg.drafter != nullptr);
+    }
+    const EngineLoad l = engine.load();
+    EXPECT_EQ(l.completed, 7);
+    EXPECT_EQ(l.active, 0);
+    // Seven requests of 10..16 tokens in far fewer calls than one at a time.
+    EXPECT_LT(l.steps, 7 * 10);
+  }
+}
+
+TEST_F(ServeEngine, StopStringsCutTextAndCountTokens) {
+  const auto p = prompt(1);
+  const auto [tokens, text] = alone(p, 24);
+  // A stop string of two whole characters from the text (this model's
+  // tokens are mostly single bytes, so it spans several tokens).
+  std::vector<size_t> chars;  // offsets where a UTF-8 character starts
+  for (size_t i = 0; i < text.size(); ++i)
+    if ((static_cast<unsigned char>(text[i]) & 0xC0) != 0x80) chars.push_back(i);
+  ASSERT_GE(chars.size(), 4u) << text;
+  const std::string stop = text.substr(chars[1], chars[3] - chars[1]);
+  const size_t at = text.find(stop);
+  // k = the fewest tokens whose text contains the stop string.
+  int64_t k = 0;
+  for (int64_t n = 1; n <= static_cast<int64_t>(tokens.size()); ++n) {
+    tok::StreamDecoder d(*model_->tokenizer);
+    std::string t;
+    for (int64_t i = 0; i < n; ++i) t += d.push(tokens[static_cast<size_t>(i)]);
+    if (t.find(stop) != std::string::npos) {
+      k = n;
+      break;
+    }
+  }
+  ASSERT_GT(k, 0);
+  for (const DraftModel* d : {static_cast<const DraftModel*>(nullptr), static_cast<const DraftModel*>(drafter_)}) {
+    Engine engine(*model_->target, *model_->tokenizer, d, EngineOptions{});
+    auto r = engine.submit(p, greedy(24), {"never", stop});
+    EXPECT_EQ(r->wait(), text.substr(0, at));
+    EXPECT_EQ(r->outcome().reason, FinishReason::Stop);
+    EXPECT_EQ(r->outcome().completion_tokens, k);
+  }
+}
+
+TEST_F(ServeEngine, CancelFreesTheSlot) {
+  EngineOptions eo;
+  eo.parallel = 1;
+  Engine engine(*model_->target, *model_->tokenizer, nullptr, eo);
+  auto a = engine.submit(prompt(1), greedy(200, false), {});
+  auto b = engine.submit(prompt(2), greedy(5, false), {});
+  a->cancel();  // long before its 200 tokens
+  a->wait();
+  EXPECT_EQ(a->outcome().reason, FinishReason::Cancelled);
+  EXPECT_LT(a->outcome().completion_tokens, 200);
+  auto plain = greedy(5, false);
+  const GenerateResult ref = generate_plain(*model_->target, prompt(2), plain);
+  tok::StreamDecoder dec(*model_->tokenizer);
+  std::string expected;
+  for (TokenId t : ref.tokens) expected += dec.push(t);
+  EXPECT_EQ(b->wait(), expected + dec.flush());
+  EXPECT_EQ(b->outcome().completion_tokens, 5);
+}
+
+TEST_F(ServeEngine, ShutdownEndsEveryRequest) {
+  EngineOptions eo;
+  eo.parallel = 1;
+  Engine engine(*model_->target, *model_->tokenizer, drafter_, eo);
+  auto a = engine.submit(prompt(1), greedy(200, false), {});
+  auto b = engine.submit(prompt(2), greedy(200, false), {});
+  engine.shutdown();
+  a->wait();
+  b->wait();
+  EXPECT_EQ(b->outcome().reason, FinishReason::Cancelled);
+  EXPECT_THROW(engine.submit(prompt(3), greedy(5), {}), Error);
+  engine.shutdown();  // idempotent
+}
+
+TEST_F(ServeEngine, SubmitValidates) {
+  Engine engine(*model_->target, *model_->tokenizer, nullptr, EngineOptions{});
+  EXPECT_THROW(engine.submit({}, greedy(5), {}), InvalidArgument);
+  EXPECT_THROW(engine.submit(std::vector<TokenId>(300, 5), greedy(5), {}), InvalidArgument);
+  auto bad = greedy(5);
+  bad.sampling.temperature = 1;
+  bad.sampling.top_p = 0;
+  EXPECT_THROW(engine.submit(prompt(1), bad, {}), InvalidArgument);
+  EngineOptions none;
+  none.parallel = 0;
+  EXPECT_THROW(Engine(*model_->target, *model_->tokenizer, nullptr, none), InvalidArgument);
+}
+
+// ---- the server with the official openai client (real model) -------------------------
+
+// The OPENAI_PIP pin of scripts/versions.env ("openai==X.Y.Z").
+std::string openai_pin() {
+  std::ifstream f(DSPARK_SOURCE_DIR "/scripts/versions.env");
+  std::string line;
+  const std::regex re(R"(^OPENAI_PIP=\"?([^\"]+)\"?\s*$)");
+  std::smatch m;
+  while (std::getline(f, line))
+    if (std::regex_match(line, m, re)) return m[1];
+  return "";
+}
+
+// Makes `import openai` work, installing the pinned client when missing.
+bool ensure_openai_client(std::string& why) {
+  if (std::system("python3 -c 'import openai' >/dev/null 2>&1") == 0) return true;
+  const std::string pin = openai_pin();
+  if (pin.empty()) {
+    why = "OPENAI_PIP is missing from scripts/versions.env";
+    return false;
+  }
+  const std::string cmd = "python3 -m pip install --quiet '" + pin + "' >/dev/null 2>&1";
+  if (std::system(cmd.c_str()) != 0 || std::system("python3 -c 'import openai' >/dev/null 2>&1") != 0) {
+    why = "cannot install the openai client (" + cmd + ")";
+    return false;
+  }
+  return true;
+}
+
+// GET /health on 127.0.0.1:port; true on HTTP 200.
+bool health_ok(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return false;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bool ok = false;
+  timeval tv{5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+    const std::string req = "GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+    if (::send(fd, req.data(), req.size(), 0) == static_cast<ssize_t>(req.size())) {
+      char buf[256];
+      const ssize_t n = ::recv(fd, buf, sizeof buf - 1, 0);
+      ok = n > 12 && std::string(buf, static_cast<size_t>(n)).rfind("HTTP/1.1 200", 0) == 0;
+    }
+  }
+  ::close(fd);
+  return ok;
+}
+
+// A `dspark serve` child process on a free port, stopped with SIGTERM.
+class ServerProcess {
+ public:
+  ServerProcess(const std::vector<std::string>& args, const std::string& log) : log_(log) {
+    std::vector<std::string> argv = {DSPARK_BINARY, "serve", "--port", "0", "--host", "127.0.0.1"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+      std::vector<char*> cargv;
+      for (auto& a : argv) cargv.push_back(a.data());
+      cargv.push_back(nullptr);
+      ::execv(cargv[0], cargv.data());
+      ::_exit(127);
+    }
+  }
+  ~ServerProcess() {
+    if (pid_ > 0 && !reaped_) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+
+  // Waits for the "listening on http://127.0.0.1:PORT" line and a healthy
+  // /health; returns the port, or -1 (with the log in `why`).
+  int wait_ready(std::string& why) {
+    const std::regex re(R"(listening on http://[^:]+:(\d+))");
+    for (int i = 0; i < 1800; ++i) {  // up to 180 s (model load on a busy machine)
+      std::smatch m;
+      const std::string text = log();
+      if (port_ < 0 && std::regex_search(text, m, re)) port_ = std::stoi(m[1]);
+      if (port_ > 0 && health_ok(port_)) return port_;
+      int status = 0;
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        reaped_ = true;
+        why = "the server exited early:\n" + text;
+        return -1;
+      }
+      std::this_thread::sleep_for(100ms);
+    }
+    why = "the server did not become ready:\n" + log();
+    return -1;
+  }
+
+  // SIGTERM, then the exit status (-1: had to be killed).
+  int stop() {
+    ::kill(pid_, SIGTERM);
+    for (int i = 0; i < 300; ++i) {
+      int status = 0;
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        reaped_ = true;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      std::this_thread::sleep_for(100ms);
+    }
+    return -1;
+  }
+
+  std::string log() const {
+    std::ifstream f(log_);
+    return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+  }
+
+ private:
+  std::string log_;
+  pid_t pid_ = -1;
+  int port_ = -1;
+  bool reaped_ = false;
+};
+
+class ServeOpenAI : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    DSPARK_REQUIRE_MODEL();
+    std::string why;
+    if (!ensure_openai_client(why)) FAIL() << why;
+  }
+
+  // Starts a server with `args`, runs the client checks of `suite`, stops
+  // the server with SIGTERM and expects a clean exit.
+  void run_suite(const std::vector<std::string>& args, const std::string& suite, const std::string& only = "") {
+    ServerProcess server(args, tmp_.file("server.log"));
+    std::string why;
+    const int port = server.wait_ready(why);
+    ASSERT_GT(port, 0) << why;
+    const std::string out = tmp_.file("client.out");
+    std::string cmd = "python3 " DSPARK_SOURCE_DIR "/tests/serve/test_openai_client.py --base-url http://127.0.0.1:" +
+                      std::to_string(port) + " --suite " + suite;
+    if (!only.empty()) cmd += " -k " + only;
+    const int rc = std::system((cmd + " >" + out + " 2>&1").c_str());
+    std::ifstream f(out);
+    const std::string client((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(rc, 0) << client << "\n--- server log ---\n" << server.log();
+    std::cout << client;
+    EXPECT_EQ(server.stop(), 0) << "no clean exit on SIGTERM:\n" << server.log();
+  }
+
+  test::TempDir tmp_;
+};
+
+TEST_F(ServeOpenAI, PlainDecoding) {
+  run_suite({"-m", "smollm2", "--drafter", "none", "--parallel", "8", "-t", "2", "-c", "2048"}, "full");
+}
+
+TEST_F(ServeOpenAI, RandomDrafterScheduled) {
+  const std::string dir = tmp_.file("drafter");
+  const std::string init = std::string(DSPARK_BINARY) + " init-drafter -m smollm2 --gamma 4 --out " + dir +
+                           " >" + tmp_.file("init.log") + " 2>&1";
+  ASSERT_EQ(std::system(init.c_str()), 0) << test::read_bytes(tmp_.file("init.log"));
+  // An SPS profile whose step time grows with B: the prefix scheduler picks
+  // the verify lengths and shortens them as more requests share a step.
+  nlohmann::json profile = {{"model", "smollm2"}, {"threads", 2}, {"b", nlohmann::json::array()},
+                            {"sps", nlohmann::json::array()}};
+  for (int b = 1; b <= 40; ++b) {
+    profile["b"].push_back(b);
+    profile["sps"].push_back(20.0 / (1.0 + 0.08 * (b - 1)));
+  }
+  test::write_bytes(tmp_.file("sps.json"), profile.dump());
+  run_suite({"-m", "smollm2", "--drafter", dir, "--sps", tmp_.file("sps.json"), "--parallel", "8", "-t", "2",
+             "-c", "2048"},
+            "full");
+}
+
+TEST_F(ServeOpenAI, ClientDisconnectFreesSlot) {
+  run_suite({"-m", "smollm2", "--drafter", "none", "--parallel", "1", "-t", "2", "-c", "8192"}, "disconnect");
+}
+
+}  // namespace
+}  // namespace dspark::serve
