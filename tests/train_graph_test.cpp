@@ -1,0 +1,294 @@
+// Tests for the differentiable drafter forward (DrafterGraph):
+//  - parity with the inference path (Drafter::block_hidden / Drafter::draft)
+//    for every sequential head, in fp32 and bf16 matmul precision: the
+//    backbone hidden states, the confidence logits, the greedy tokens and the
+//    full sampling distributions, teacher-forced on the tokens the inference
+//    path drafted, for several anchors of one sequence in one batch;
+//  - the gradient of the full loss against central finite differences in
+//    double precision for parameters of every group.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "dspark/error.hpp"
+#include "dspark/model/target.hpp"
+#include "dspark/spec/drafter.hpp"
+#include "dspark/spec/sampling.hpp"
+#include "dspark/train/drafter_graph.hpp"
+#include "dspark/train/loss.hpp"
+#include "test_util.hpp"
+
+namespace {
+
+using namespace dspark;
+using namespace dspark::train;
+
+const std::vector<SeqHead> kHeads = {SeqHead::None, SeqHead::Markov, SeqHead::Gated, SeqHead::Rnn,
+                                     SeqHead::Elman};
+
+// Replaces every parameter (the zero-initialized ones included) by random
+// values of a scale that makes every path matter, rounded to bf16-exact
+// values so that the inference copies hold the same numbers.
+void perturb(std::map<std::string, at::Tensor>& params, uint64_t seed) {
+  at::Generator g = at::detail::createCPUGenerator(seed);
+  for (auto& [name, p] : params) {
+    at::Tensor n = at::empty(p.sizes(), at::kFloat).normal_(0.0, 1.0, g);
+    at::Tensor v;
+    if (name.find("norm") != std::string::npos) v = 1.0 + 0.1 * n;
+    else if (name == "markov_w1.weight") v = n;
+    else if (p.dim() == 2) v = n / std::sqrt(static_cast<double>(p.size(1)));
+    else v = 0.5 * n;
+    p = v.to(at::kBFloat16).to(at::kFloat).contiguous();
+  }
+}
+
+struct TinyTarget {
+  test::TempDir dir;
+  std::unique_ptr<TargetModel> model;
+  TinyTarget() {
+    test::write_tiny_llama(dir.file("tiny.gguf"), 1234);
+    model = load_target(dir.file("tiny.gguf"));
+  }
+};
+
+TinyTarget& tiny() {
+  static TinyTarget t;
+  return t;
+}
+
+// Dense [V] vector of a sparse distribution.
+std::vector<double> dense(const Distribution& q, int64_t V) {
+  std::vector<double> v(static_cast<size_t>(V), 0.0);
+  for (size_t i = 0; i < q.size(); ++i) v[static_cast<size_t>(q.ids[i])] = q.probs[i];
+  return v;
+}
+
+struct ParityErrors {
+  double hidden = 0, conf = 0, prob = 0, tie = 0;
+};
+
+ParityErrors check_parity(SeqHead head, int mask_token, MatmulPrecision precision) {
+  TargetModel& target = *tiny().model;
+  DrafterConfig cfg;
+  cfg.gamma = 6;
+  cfg.n_layers = 2;
+  cfg.markov_rank = 32;
+  cfg.seq_head = head;
+  cfg.mask_token_id = mask_token;
+  cfg.complete_from(target.info());
+  Drafter drafter = Drafter::init(cfg, 11);
+  perturb(drafter.mutable_params(), 99 + static_cast<uint64_t>(head));
+  drafter.bind(target);
+
+  // One sequence, its tapped features, three anchors.
+  std::mt19937_64 rng(7);
+  std::vector<TokenId> seq(48);
+  for (auto& t : seq) t = static_cast<TokenId>(rng() % static_cast<uint64_t>(cfg.vocab));
+  KVCache kv = target.new_cache(64);
+  at::Tensor taps = target.forward_one(kv, seq, Logits::None, TapRequest{cfg.tap_layers, false}).taps;
+  const std::vector<int64_t> anchors = {3, 17, 40};
+  const int64_t N = 3, G = cfg.gamma, V = cfg.vocab;
+
+  DrafterGraph graph(cfg, target.embedding(), target.lm_head(), GraphOptions{precision});
+  at::Tensor a = at::tensor(anchors, at::kLong);
+  at::Tensor prev_greedy = at::empty({N, G}, at::kLong), prev_sample = at::empty({N, G}, at::kLong);
+  std::vector<Draft> greedy(N), sampled(N);
+  std::vector<at::Tensor> h_ref(N);
+  for (int64_t i = 0; i < N; ++i) {
+    const int64_t p = anchors[static_cast<size_t>(i)];
+    DraftState st;
+    drafter.append_context(st, taps.narrow(0, 0, p));
+    h_ref[i] = drafter.block_hidden(st, seq[p], static_cast<int>(G)).clone();
+    Rng r(5);
+    greedy[i] = drafter.draft(st, seq[p], static_cast<int>(G), SamplingParams{0.f, 0, 1.f, 0.f, 1}, r);
+    sampled[i] = drafter.draft(st, seq[p], static_cast<int>(G), SamplingParams{1.f, 0, 1.f, 0.f, 1}, r);
+    prev_greedy[i][0] = seq[p];
+    prev_sample[i][0] = seq[p];
+    for (int64_t k = 1; k < G; ++k) {
+      prev_greedy[i][k] = greedy[i].tokens[k - 1];
+      prev_sample[i][k] = sampled[i].tokens[k - 1];
+    }
+  }
+  ParityErrors err;
+  GraphOut og = graph.forward(drafter.params(), taps, a, prev_greedy);
+  GraphOut os = graph.forward(drafter.params(), taps, a, prev_sample);
+  EXPECT_EQ(og.logits.sizes(), (std::vector<int64_t>{N, G, V}));
+  EXPECT_EQ(og.conf_logits.sizes(), (std::vector<int64_t>{N, G}));
+  at::Tensor ps = at::softmax(os.logits, -1);
+  for (int64_t i = 0; i < N; ++i) {
+    err.hidden = std::max(err.hidden, (og.hidden[i] - h_ref[i]).abs().max().item<double>());
+    for (int64_t k = 0; k < G; ++k) {
+      err.conf = std::max(err.conf, std::abs(og.conf_logits[i][k].item<double>() - greedy[i].conf_logits[k]));
+      // The greedy token is the graph's argmax up to bf16 near-ties.
+      at::Tensor lg = og.logits[i][k];
+      err.tie = std::max(err.tie, lg.max().item<double>() - lg[greedy[i].tokens[k]].item<double>());
+      const auto q = dense(sampled[i].q[k], V);
+      const at::Tensor qt = at::tensor(q, at::kDouble);
+      err.prob = std::max(err.prob, (ps[i][k].to(at::kDouble) - qt).abs().max().item<double>());
+    }
+  }
+  return err;
+}
+
+TEST(TrainGraph, MatchesInferencePathForEveryHead) {
+  for (SeqHead head : kHeads) {
+    for (auto prec : {MatmulPrecision::Float32, MatmulPrecision::BFloat16}) {
+      const int mask_token = head == SeqHead::Markov || head == SeqHead::Rnn ? 7 : -1;
+      SCOPED_TRACE(to_string(head) + (prec == MatmulPrecision::Float32 ? " fp32" : " bf16"));
+      ParityErrors e = check_parity(head, mask_token, prec);
+      // The inference path rounds activations to bf16 before each matmul;
+      // the bounds are a few bf16 ulps of the O(1) values involved.
+      EXPECT_LT(e.hidden, 0.08) << "max |h_graph - h_infer|";
+      EXPECT_LT(e.conf, 0.03) << "max |z_graph - z_infer|";
+      EXPECT_LT(e.tie, 0.05) << "greedy token's logit below the graph's max";
+      EXPECT_LT(e.prob, 0.01) << "max |softmax(logits_graph) - q_infer|";
+      std::printf("[parity %-6s %s] hidden %.2e conf %.2e tie %.2e prob %.2e\n", to_string(head).c_str(),
+                  prec == MatmulPrecision::Float32 ? "fp32" : "bf16", e.hidden, e.conf, e.tie, e.prob);
+    }
+  }
+}
+
+// The bf16 LM head (inference kernel, fp32 output) and its backward against
+// the fp32 product, with a vocabulary that is not a multiple of 32.
+TEST(TrainGraph, Bf16HeadForwardAndGradientMatchFp32) {
+  TargetModel& target = *tiny().model;
+  DrafterConfig cfg;
+  cfg.complete_from(target.info());
+  ASSERT_NE(cfg.vocab % 32, 0);
+  DrafterGraph g16(cfg, target.embedding(), target.lm_head(), GraphOptions{MatmulPrecision::BFloat16});
+  DrafterGraph g32(cfg, target.embedding(), target.lm_head(), GraphOptions{MatmulPrecision::Float32});
+  at::Generator gen = at::detail::createCPUGenerator(3);
+  at::Tensor h = at::empty({2, 5, cfg.hidden}).normal_(0, 1, gen);
+  at::Tensor w = at::empty({2, 5, cfg.vocab}).normal_(0, 1, gen);
+  at::Tensor h16 = h.clone().requires_grad_(true), h32 = h.clone().requires_grad_(true);
+  at::Tensor y16 = g16.lm_head(h16), y32 = g32.lm_head(h32);
+  ASSERT_EQ(y16.sizes(), (std::vector<int64_t>{2, 5, cfg.vocab}));
+  ASSERT_EQ(y16.scalar_type(), at::kFloat);
+  (y16 * w).sum().backward();
+  (y32 * w).sum().backward();
+  const double ys = y32.abs().max().item<double>(), gs = h32.grad().abs().max().item<double>();
+  EXPECT_LT((y16 - y32).abs().max().item<double>(), 0.02 * ys);
+  EXPECT_LT((h16.grad() - h32.grad()).abs().max().item<double>(), 0.02 * gs);
+}
+
+TEST(TrainGraph, RejectsBadInputs) {
+  TargetModel& target = *tiny().model;
+  DrafterConfig cfg;
+  cfg.complete_from(target.info());
+  Drafter drafter = Drafter::init(cfg, 1);
+  DrafterGraph graph(cfg, target.embedding(), target.lm_head());
+  at::Tensor feats = at::zeros({10, cfg.m() * cfg.hidden});
+  at::Tensor prev = at::zeros({1, cfg.gamma}, at::kLong);
+  EXPECT_THROW(graph.forward(drafter.params(), feats, at::tensor({11}, at::kLong), prev), InvalidArgument);
+  EXPECT_THROW(graph.forward(drafter.params(), feats, at::tensor({3}, at::kLong), prev + cfg.vocab),
+               InvalidArgument);
+  EXPECT_THROW(graph.forward(drafter.params(), at::zeros({10, 3}), at::tensor({3}, at::kLong), prev),
+               InvalidArgument);
+  auto missing = drafter.params();
+  missing.erase("fc.weight");
+  EXPECT_THROW(graph.forward(missing, feats, at::tensor({3}, at::kLong), prev), InvalidArgument);
+  EXPECT_THROW(DrafterGraph(cfg, at::zeros({3, 3}), target.lm_head()), InvalidArgument);
+}
+
+// ---- gradient check -------------------------------------------------------------
+
+DrafterConfig tiny_config(SeqHead head) {
+  DrafterConfig c;
+  c.gamma = 4;
+  c.n_layers = 1;
+  c.n_heads = 2;
+  c.n_kv_heads = 1;
+  c.head_dim = 16;
+  c.ffn = 64;
+  c.markov_rank = 32;
+  c.tap_layers = {0, 1};
+  c.seq_head = head;
+  c.mask_token_id = -1;
+  c.hidden = 32;
+  c.vocab = 64;
+  c.target_id = "test/tiny";
+  c.validate();
+  return c;
+}
+
+TEST(TrainGraph, LossGradientMatchesFiniteDifferences) {
+  for (SeqHead head : kHeads) {
+    SCOPED_TRACE(to_string(head));
+    const DrafterConfig cfg = tiny_config(head);
+    const int64_t d = cfg.hidden, V = cfg.vocab, L = 14;
+    Drafter init = Drafter::init(cfg, 3);
+    auto fparams = init.params();
+    perturb(fparams, 17 + static_cast<uint64_t>(head));
+    ParamMap params;
+    for (auto& [name, p] : fparams) params[name] = p.to(at::kDouble).requires_grad_(true);
+
+    at::Generator g = at::detail::createCPUGenerator(5);
+    at::Tensor embed = at::empty({V, d}, at::kDouble).normal_(0, 0.5, g);
+    at::Tensor head_w = at::empty({V, d}, at::kDouble).normal_(0, 0.3, g);
+    at::Tensor feats = at::empty({L, cfg.m() * d}, at::kDouble).normal_(0, 1, g);
+    at::Tensor final_hidden = at::empty({L, d}, at::kDouble).normal_(0, 1, g);
+    std::mt19937_64 rng(9);
+    std::vector<TokenId> tokens(L);
+    for (auto& t : tokens) t = static_cast<TokenId>(rng() % static_cast<uint64_t>(V));
+    std::vector<uint8_t> mask(L, 1);
+    mask[0] = mask[1] = 0;
+    mask[9] = 0;
+    const std::vector<int64_t> anchors = {2, 5, 10};
+    SlotTargets t = make_slot_targets(tokens, mask, anchors, cfg.gamma);
+    at::Tensor pt = target_probs(final_hidden, head_w, t.target_pos, 0.0, MatmulPrecision::Float32);
+    ASSERT_EQ(pt.scalar_type(), at::kDouble);
+    DrafterGraph graph(cfg, embed, head_w, GraphOptions{MatmulPrecision::Float32});
+    LossOptions opts;
+
+    GraphOut out = graph.forward(params, feats, t.anchors, t.prev_tokens);
+    ASSERT_EQ(out.logits.scalar_type(), at::kDouble);
+    LossTerms l0 = dspark_loss(out, pt, t, opts);
+    const at::Tensor c_star = l0.c_star;  // held fixed: the label carries no gradient
+    ASSERT_GT(l0.bce, 0.0);
+    ASSERT_GT(l0.l1, 0.0);
+    l0.total.backward();
+
+    auto f = [&]() {
+      at::NoGradGuard ng;
+      GraphOut o = graph.forward(params, feats, t.anchors, t.prev_tokens);
+      return dspark_loss(o, pt, t, opts, 0.0, c_star).total.item<double>();
+    };
+    const double h = 1e-6;
+    int checked = 0;
+    for (const auto& [name, shape] : Drafter::param_spec(cfg)) {
+      at::Tensor p = params.at(name);
+      // Only the Markov projection is unused, by the heads that do not read it.
+      const bool unused = name == "markov_w2.weight" && (head == SeqHead::None || head == SeqHead::Elman);
+      ASSERT_EQ(p.grad().defined(), !unused) << name;
+      at::Tensor flat = p.detach().view({-1});
+      at::Tensor grad = unused ? at::zeros_like(flat) : p.grad().view({-1});
+      std::vector<int64_t> idx;
+      if (name == "markov_w1.weight") {
+        // Rows of W1 that the teacher-forced tokens use.
+        for (int64_t k : {0, 1, 2}) idx.push_back(t.prev_tokens[k][k].item<int64_t>() * cfg.markov_rank + 3 * k);
+      } else {
+        for (int k = 0; k < 3; ++k) idx.push_back(static_cast<int64_t>(rng() % static_cast<uint64_t>(flat.numel())));
+      }
+      for (int64_t j : idx) {
+        const double orig = flat[j].item<double>();
+        flat[j] = orig + h;
+        const double fp = f();
+        flat[j] = orig - h;
+        const double fm = f();
+        flat[j] = orig;
+        const double fd = (fp - fm) / (2 * h);
+        const double an = grad[j].item<double>();
+        EXPECT_NEAR(an, fd, 1e-6 + 1e-5 * std::abs(fd)) << name << "[" << j << "]";
+        ++checked;
+      }
+    }
+    EXPECT_EQ(checked, 3 * static_cast<int>(Drafter::param_spec(cfg).size()));
+  }
+}
+
+}  // namespace

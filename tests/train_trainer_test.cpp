@@ -1,0 +1,384 @@
+// Tests for the training data set format, the trainer (learning-rate
+// schedule, checkpoints, bit-exact resume) and an end-to-end overfit proof:
+// a drafter trained on three sequences of the target's own greedy
+// continuations reaches τ >= 3 in real speculative decoding on them.
+// The overfit test runs on a tiny random Llama by default; with
+// DSPARK_TEST_FULL=1 it also runs on SmolLM2-135M-Instruct.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "dspark/error.hpp"
+#include "dspark/io/safetensors.hpp"
+#include "dspark/model/loaded_model.hpp"
+#include "dspark/model/target.hpp"
+#include "dspark/spec/checkpoint.hpp"
+#include "dspark/spec/generate.hpp"
+#include "dspark/spec/speculative.hpp"
+#include "dspark/train/data.hpp"
+#include "dspark/train/regen.hpp"
+#include "dspark/train/trainer.hpp"
+#include "test_util.hpp"
+
+namespace {
+
+using namespace dspark;
+using namespace dspark::train;
+namespace fs = std::filesystem;
+
+bool full_mode() {
+  const char* v = std::getenv("DSPARK_TEST_FULL");
+  return v != nullptr && *v != '\0' && std::string(v) != "0";
+}
+
+std::vector<TrainSequence> random_sequences(int n, int len, int prompt, int64_t vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<TrainSequence> out(static_cast<size_t>(n));
+  for (auto& s : out) {
+    for (int t = 0; t < len; ++t) {
+      s.tokens.push_back(static_cast<TokenId>(3 + rng() % static_cast<uint64_t>(vocab - 3)));
+      s.loss_mask.push_back(t >= prompt ? 1 : 0);
+    }
+  }
+  return out;
+}
+
+// ---- data set ----------------------------------------------------------------
+
+TEST(TrainData, RoundTripAndRegenReaderAgree) {
+  test::TempDir dir;
+  auto seqs = random_sequences(5, 12, 4, 100, 1);
+  seqs[2].id = "custom-id";
+  seqs[3].tokens.clear();
+  seqs[3].loss_mask.clear();
+  write_dataset(dir.path().string(), "llama/x", seqs, /*per_shard=*/2, {{"note", "t"}});
+  EXPECT_TRUE(fs::exists(dir.file("data-00000.safetensors")));
+  EXPECT_TRUE(fs::exists(dir.file("data-00002.safetensors")));
+  TrainDataset ds = TrainDataset::load(dir.path().string());
+  EXPECT_EQ(ds.target_id, "llama/x");
+  EXPECT_EQ(ds.manifest["note"], "t");
+  ASSERT_EQ(ds.sequences.size(), seqs.size());
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    EXPECT_EQ(ds.sequences[i].tokens, seqs[i].tokens);
+    EXPECT_EQ(ds.sequences[i].loss_mask, seqs[i].loss_mask);
+  }
+  EXPECT_EQ(ds.sequences[2].id, "custom-id");
+  EXPECT_EQ(ds.sequences[0].id, "seq-0");
+  EXPECT_EQ(ds.supervised_tokens(), 4 * 8);
+  // The regeneration command's reader accepts the same directory.
+  auto rs = read_regen_dir(dir.path().string());
+  ASSERT_EQ(rs.size(), seqs.size());
+  EXPECT_EQ(rs[4].tokens, seqs[4].tokens);
+  EXPECT_EQ(rs[4].loss_mask, seqs[4].loss_mask);
+}
+
+TEST(TrainData, RejectsMalformedShards) {
+  test::TempDir dir;
+  auto seqs = random_sequences(2, 6, 2, 50, 2);
+  write_dataset(dir.path().string(), "t", seqs);
+  const std::string shard = dir.file("data-00000.safetensors");
+  auto rewrite = [&](at::Tensor tok, at::Tensor off, at::Tensor msk) {
+    io::save_safetensors(shard, {{"tokens", tok}, {"offsets", off}, {"loss_mask", msk}});
+  };
+  at::Tensor tok = at::zeros({12}, at::kInt), msk = at::ones({12}, at::kByte);
+  rewrite(tok, at::tensor({0, 6, 11}, at::kLong), msk);  // does not end at N_tok
+  EXPECT_THROW(TrainDataset::load(dir.path().string()), FormatError);
+  rewrite(tok, at::tensor({0, 13, 12}, at::kLong), msk);  // decreasing, beyond N_tok
+  EXPECT_THROW(TrainDataset::load(dir.path().string()), FormatError);
+  rewrite(tok, at::tensor({0, 6, 12}, at::kLong), at::ones({11}, at::kByte));  // mask length
+  EXPECT_THROW(TrainDataset::load(dir.path().string()), FormatError);
+  rewrite(tok.to(at::kFloat), at::tensor({0, 6, 12}, at::kLong), msk);  // dtype
+  EXPECT_THROW(TrainDataset::load(dir.path().string()), FormatError);
+  rewrite(tok, at::tensor({0, 6, 12}, at::kLong), msk);
+  EXPECT_NO_THROW(TrainDataset::load(dir.path().string()));
+  test::write_bytes(dir.file("manifest.json"), R"({"target_id": "t", "shards": ["../x.safetensors"]})");
+  EXPECT_THROW(TrainDataset::load(dir.path().string()), FormatError);
+  test::write_bytes(dir.file("manifest.json"), R"({"target_id": "t", "n_sequences": 3, "shards": ["data-00000.safetensors"]})");
+  EXPECT_THROW(TrainDataset::load(dir.path().string()), FormatError);
+  test::write_bytes(dir.file("manifest.json"), R"({"shards": []})");
+  EXPECT_THROW(TrainDataset::load(dir.path().string()), FormatError);
+  EXPECT_THROW(TrainDataset::load(dir.file("missing")), Error);
+}
+
+// ---- trainer -----------------------------------------------------------------------
+
+TEST(TrainTrainer, LearningRateWarmupThenCosine) {
+  TrainConfig c;
+  c.steps = 100;
+  c.lr = 1e-3;
+  c.warmup = 0.04;
+  EXPECT_NEAR(lr_at(c, 0), 0.25e-3, 1e-12);
+  EXPECT_NEAR(lr_at(c, 3), 1e-3, 1e-12);
+  EXPECT_NEAR(lr_at(c, 4), 1e-3, 1e-12);
+  EXPECT_NEAR(lr_at(c, 52), 0.5e-3, 1e-12);
+  EXPECT_GT(lr_at(c, 99), 0.0);
+  EXPECT_LT(lr_at(c, 99), 1e-5);
+  for (int64_t s = 4; s < 99; ++s) EXPECT_GE(lr_at(c, s), lr_at(c, s + 1));
+  c.warmup = 0;
+  EXPECT_NEAR(lr_at(c, 0), 1e-3, 1e-12);
+}
+
+struct TinySetup {
+  test::TempDir dir;
+  std::unique_ptr<TargetModel> target;
+  explicit TinySetup(uint64_t seed = 1234) {
+    test::write_tiny_llama(dir.file("tiny.gguf"), seed);
+    target = load_target(dir.file("tiny.gguf"));
+  }
+  TrainConfig config(const std::string& data, const std::string& out) const {
+    TrainConfig c;
+    c.data_dir = data;
+    c.out_dir = out;
+    c.drafter.gamma = 4;
+    c.drafter.n_layers = 1;
+    c.drafter.seq_head = SeqHead::Markov;
+    c.steps = 4;
+    c.batch = 6;
+    c.anchors_per_seq = 3;
+    c.save_every = 0;
+    c.eval_every = 0;
+    c.seed = 5;
+    c.progress = Progress::None;
+    return c;
+  }
+};
+
+TEST(TrainTrainer, ResumeContinuesBitForBit) {
+  TinySetup s;
+  const std::string data = s.dir.file("data");
+  write_dataset(data, s.target->info().id, random_sequences(5, 30, 6, s.target->info().vocab, 3));
+
+  TrainConfig ca = s.config(data, s.dir.file("a"));
+  Trainer ta(ca, *s.target);
+  std::vector<double> loss_a;
+  for (int i = 0; i < 4; ++i) loss_a.push_back(ta.step().loss);
+
+  TrainConfig cb = s.config(data, s.dir.file("b"));
+  std::vector<double> loss_b;
+  {
+    Trainer tb(cb, *s.target);
+    for (int i = 0; i < 2; ++i) loss_b.push_back(tb.step().loss);
+    tb.save_checkpoint();
+    tb.step();  // progress after the checkpoint is discarded by the resume
+  }
+  cb.resume = true;
+  Trainer tc(cb, *s.target);
+  EXPECT_EQ(tc.steps_done(), 2);
+  for (int i = 0; i < 2; ++i) loss_b.push_back(tc.step().loss);
+  EXPECT_EQ(loss_a, loss_b);
+  for (const auto& [name, p] : ta.drafter().params())
+    EXPECT_TRUE(at::equal(p, tc.drafter().params().at(name))) << name;
+  // And training moved the parameters at all.
+  Drafter fresh = Drafter::init(ta.drafter().config(), ca.seed);
+  EXPECT_FALSE(at::equal(fresh.params().at("fc.weight"), ta.drafter().params().at("fc.weight")));
+
+  // A resume with another seed is refused.
+  TrainConfig cd = cb;
+  cd.seed = 6;
+  EXPECT_THROW(Trainer(cd, *s.target), InvalidArgument);
+  // Nothing to resume from.
+  TrainConfig ce = s.config(data, s.dir.file("none"));
+  ce.resume = true;
+  EXPECT_THROW(Trainer(ce, *s.target), Error);
+}
+
+TEST(TrainTrainer, RunWritesCheckpointsExportAndMetrics) {
+  TinySetup s;
+  const std::string data = s.dir.file("data");
+  write_dataset(data, s.target->info().id, random_sequences(60, 24, 5, s.target->info().vocab, 4));
+  TrainConfig c = s.config(data, s.dir.file("out"));
+  c.steps = 5;
+  c.save_every = 2;
+  c.eval_every = 2;
+  c.keep_checkpoints = 2;
+  Trainer t(c, *s.target);
+  EXPECT_EQ(t.eval_indices().size(), 1u);  // 2% of 60
+  EvalStats ev = t.run();
+  EXPECT_TRUE(ev.held_out);
+  EXPECT_GT(ev.acceptance.anchors, 0);
+  EXPECT_GE(ev.acceptance.mean_tau_greedy(), 1.0);
+  EXPECT_TRUE(std::isfinite(ev.loss));
+  const fs::path out = s.dir.file("out");
+  EXPECT_FALSE(fs::exists(out / "checkpoints" / "step-00000002"));  // pruned: keep 2
+  EXPECT_TRUE(fs::exists(out / "checkpoints" / "step-00000004"));
+  EXPECT_TRUE(fs::exists(out / "checkpoints" / "step-00000005" / "optimizer.pt"));
+  auto latest = nlohmann::json::parse(test::read_bytes((out / "checkpoints" / "latest.json").string()));
+  EXPECT_EQ(latest["step"], 5);
+  // The export is a loadable bf16 drafter equal to the trained weights (rounded).
+  Drafter d = load_drafter(out.string());
+  EXPECT_EQ(read_drafter_json(out.string())["dtype"], "bf16");
+  EXPECT_TRUE(at::allclose(d.params().at("fc.weight"),
+                           t.drafter().params().at("fc.weight").detach().to(at::kBFloat16).to(at::kFloat)));
+  int lines = 0, evals = 0;
+  std::ifstream m(out / "metrics.jsonl");
+  for (std::string line; std::getline(m, line);) {
+    auto j = nlohmann::json::parse(line);
+    ++lines;
+    evals += j.contains("eval_step");
+  }
+  EXPECT_EQ(evals, 3);  // steps 2, 4 and the final one
+  EXPECT_GE(lines, 4);
+  // The fp32 checkpoint resumes at step 5 and a longer run continues from it;
+  // the leftover of an interrupted save is cleaned up.
+  fs::create_directories(out / "checkpoints" / "step-00000001.partial");
+  test::write_bytes((out / "checkpoints" / "step-00000001.partial" / "x").string(), "junk");
+  c.resume = true;
+  c.steps = 6;
+  Trainer t2(c, *s.target);
+  EXPECT_EQ(t2.steps_done(), 5);
+  t2.run();
+  EXPECT_FALSE(fs::exists(out / "checkpoints" / "step-00000001.partial"));
+  EXPECT_FALSE(fs::exists(out / "checkpoints" / "step-00000004"));
+  EXPECT_TRUE(fs::exists(out / "checkpoints" / "step-00000006"));
+  latest = nlohmann::json::parse(test::read_bytes((out / "checkpoints" / "latest.json").string()));
+  EXPECT_EQ(latest["step"], 6);
+}
+
+TEST(TrainTrainer, RejectsDataOfAnotherTarget) {
+  TinySetup s;
+  const std::string data = s.dir.file("data");
+  write_dataset(data, "llama/another", random_sequences(3, 20, 4, 50, 1));
+  EXPECT_THROW(Trainer(s.config(data, s.dir.file("o")), *s.target), InvalidArgument);
+  write_dataset(data, s.target->info().id, random_sequences(3, 20, 20, 50, 1));  // nothing supervised
+  EXPECT_THROW(Trainer(s.config(data, s.dir.file("o")), *s.target), Error);
+}
+
+// ---- overfit proof ---------------------------------------------------------------------
+
+// Builds sequences prompt + the target's greedy continuation (supervised).
+std::vector<TrainSequence> greedy_sequences(TargetModel& target, const std::vector<std::vector<TokenId>>& prompts,
+                                            int64_t n_predict, const std::vector<TokenId>& stop_ids) {
+  std::vector<TrainSequence> out;
+  for (const auto& p : prompts) {
+    GenerateOptions o;
+    o.n_predict = n_predict;
+    o.sampling.temperature = 0.f;
+    o.stop_ids = stop_ids;
+    GenerateResult r = generate_plain(target, p, o);
+    TrainSequence s;
+    s.tokens = p;
+    s.tokens.insert(s.tokens.end(), r.tokens.begin(), r.tokens.end());
+    s.loss_mask.assign(p.size(), 0);
+    s.loss_mask.resize(s.tokens.size(), 1);
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+// Mean τ of greedy speculative decoding over the prompts; checks losslessness.
+double speculative_tau(TargetModel& target, Drafter& drafter, const std::vector<std::vector<TokenId>>& prompts,
+                       const std::vector<TrainSequence>& seqs, int64_t n_predict,
+                       const std::vector<TokenId>& stop_ids) {
+  at::NoGradGuard ng;
+  drafter.bind(target);
+  int64_t emitted = 0, rounds = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    GenerateOptions o;
+    o.n_predict = n_predict;
+    o.sampling.temperature = 0.f;
+    o.stop_ids = stop_ids;
+    SpecOptions so;
+    so.prune = false;
+    GenerateResult r = generate_speculative(target, drafter, prompts[i], o, so);
+    std::vector<TokenId> expect(seqs[i].tokens.begin() + static_cast<std::ptrdiff_t>(prompts[i].size()),
+                                seqs[i].tokens.end());
+    EXPECT_EQ(r.tokens, expect) << "speculative output differs from plain greedy";
+    emitted += r.stats.accepted + r.stats.rounds;
+    rounds += r.stats.rounds;
+  }
+  // GenerateStats::tau() over all prompts: tokens per verification call.
+  return rounds ? static_cast<double>(emitted) / static_cast<double>(rounds) : 0.0;
+}
+
+struct OverfitResult {
+  double tau_before = 0, tau_after = 0, eval_tau = 0, seconds = 0;
+  size_t distinct_tokens = 0;  // distinct token ids in the continuations
+};
+
+OverfitResult overfit(TargetModel& target, const std::vector<std::vector<TokenId>>& prompts, int64_t n_predict,
+                      const std::vector<TokenId>& stop_ids, TrainConfig c, const std::string& work) {
+  auto seqs = greedy_sequences(target, prompts, n_predict, stop_ids);
+  std::set<TokenId> distinct;
+  for (size_t i = 0; i < seqs.size(); ++i)
+    distinct.insert(seqs[i].tokens.begin() + static_cast<std::ptrdiff_t>(prompts[i].size()), seqs[i].tokens.end());
+  write_dataset(work + "/data", target.info().id, seqs);
+  c.data_dir = work + "/data";
+  c.out_dir = work + "/out";
+  const auto t0 = std::chrono::steady_clock::now();
+  Trainer t(c, target);
+  OverfitResult r;
+  r.distinct_tokens = distinct.size();
+  r.tau_before = speculative_tau(target, t.drafter(), prompts, seqs, n_predict, stop_ids);
+  r.eval_tau = t.run().acceptance.mean_tau_greedy();
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.tau_after = speculative_tau(target, t.drafter(), prompts, seqs, n_predict, stop_ids);
+  return r;
+}
+
+TEST(TrainOverfit, TinyTargetThreeSequencesReachTau3) {
+  TinySetup s(77);
+  std::mt19937_64 rng(11);
+  std::vector<std::vector<TokenId>> prompts(3);
+  for (auto& p : prompts)
+    for (int i = 0; i < 8; ++i) p.push_back(static_cast<TokenId>(3 + rng() % 256));
+  TrainConfig c;
+  c.drafter.gamma = 6;
+  c.drafter.n_layers = 1;
+  c.drafter.seq_head = SeqHead::Markov;
+  c.steps = 150;
+  c.batch = 48;
+  c.anchors_per_seq = 16;
+  c.lr = 3e-3;
+  c.save_every = 0;
+  c.eval_every = 0;
+  c.feature_cache_mb = 64;
+  c.progress = Progress::None;
+  OverfitResult r = overfit(*s.target, prompts, 40, {}, c, s.dir.path().string());
+  EXPECT_GE(r.distinct_tokens, 20) << "the target's continuations are too repetitive to prove anything";
+  std::printf("[overfit tiny] %zu distinct tokens; tau before %.2f, after %.2f (teacher-forced estimate %.2f), %.1f s\n",
+              r.distinct_tokens, r.tau_before, r.tau_after, r.eval_tau, r.seconds);
+  EXPECT_GE(r.tau_after, 3.0);
+  EXPECT_GT(r.tau_after, r.tau_before);
+}
+
+TEST(TrainOverfit, SmolLM2ThreeSequencesReachTau3) {
+  if (!full_mode()) GTEST_SKIP() << "set DSPARK_TEST_FULL=1 to run the SmolLM2 overfit proof";
+  DSPARK_REQUIRE_MODEL();
+  LoadedModel m = LoadedModel::load(test::model_path());
+  at::set_num_threads(2);
+  std::vector<std::vector<TokenId>> prompts = {
+      m.encode_prompt("What is the capital of France?", true),
+      m.encode_prompt("Write a haiku about the sea.", true),
+      m.encode_prompt("List three primary colors.", true),
+  };
+  TrainConfig c;
+  c.drafter.gamma = 7;
+  c.drafter.n_layers = 1;
+  c.drafter.seq_head = SeqHead::Markov;
+  c.steps = 120;
+  c.batch = 48;
+  c.anchors_per_seq = 16;
+  c.lr = 2e-3;
+  c.save_every = 0;
+  c.eval_every = 0;
+  c.feature_cache_mb = 256;
+  c.progress = Progress::None;
+  test::TempDir dir;
+  OverfitResult r = overfit(*m.target, prompts, 48, m.stop_ids, c, dir.path().string());
+  std::printf("[overfit smollm2] tau before %.2f, after %.2f (teacher-forced estimate %.2f), %.1f s\n",
+              r.tau_before, r.tau_after, r.eval_tau, r.seconds);
+  EXPECT_GE(r.tau_after, 3.0);
+}
+
+}  // namespace
