@@ -24,4 +24,12 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# The official OpenAI Python client: the real client of the server tests.
+if ! python3 -c 'import openai' >/dev/null 2>&1; then
+  echo "setup: installing $OPENAI_PIP (pip)" >&2
+  # Debian's python refuses system-wide pip installs unless told otherwise.
+  python3 -m pip install --quiet "$OPENAI_PIP" 2>/dev/null ||
+    python3 -m pip install --quiet --break-system-packages "$OPENAI_PIP"
+fi
+
 "$here/fetch_model.sh" smollm2

@@ -429,7 +429,7 @@ bool ensure_openai_client(std::string& why) {
     why = "OPENAI_PIP is missing from scripts/versions.env";
     return false;
   }
-  const std::string cmd = "python3 -m pip install --quiet '" + pin + "' >/dev/null 2>&1";
+  const std::string cmd = "python3 -m pip install --quiet '" + pin + "' >/dev/null 2>&1 || python3 -m pip install --quiet --break-system-packages '" + pin + "' >/dev/null 2>&1";
   if (std::system(cmd.c_str()) != 0 || std::system("python3 -c 'import openai' >/dev/null 2>&1") != 0) {
     why = "cannot install the openai client (" + cmd + ")";
     return false;
