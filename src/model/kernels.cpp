@@ -33,6 +33,7 @@ float bf16_to_f32(uint16_t v) {
 
 namespace {
 
+
 bool has_avx512bf16() {
   static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                          __builtin_cpu_supports("avx512bf16");
@@ -79,12 +80,21 @@ __attribute__((target("avx512f"))) inline __m512 reduce16(const __m512* v) {
 // Lane of reduce16's result that holds accumulator a.
 constexpr int lane_of(int a) { return 4 * (a % 4) + a / 4; }
 
-// 4 weight rows x 4 input rows: acc[4*i + j] = dot(W_i, x_j).
+// Prefetches the four 64-byte lines at column k of rows 0..3 of `pf`.
+inline void prefetch4(const uint16_t* pf, int64_t K, int64_t k) {
+  for (int i = 0; i < 4; ++i) _mm_prefetch(reinterpret_cast<const char*>(pf + i * K + k), _MM_HINT_T0);
+}
+
+// 4 weight rows x 4 input rows: acc[4*i + j] = dot(W_i, x_j). When `pf` is
+// set, the same four rows of the next weight block are prefetched on the way
+// (see linear_avx512bf16).
 __attribute__((target("avx512f,avx512bw,avx512bf16"))) inline void tile4x4(
-    const uint16_t* x, const uint16_t* W, int64_t K, float* y, int64_t ldy, int rows) {
+    const uint16_t* x, const uint16_t* W, int64_t K, float* y, int64_t ldy, int rows, int cols,
+    const uint16_t* pf) {
   __m512 acc[16];
   for (auto& a : acc) a = _mm512_setzero_ps();
   for (int64_t k = 0; k < K; k += 32) {
+    if (pf) prefetch4(pf, K, k);
     __m512bh w[4], xv[4];
     for (int i = 0; i < 4; ++i) w[i] = (__m512bh)_mm512_loadu_si512(W + i * K + k);
     for (int j = 0; j < 4; ++j) xv[j] = (__m512bh)_mm512_loadu_si512(x + j * K + k);
@@ -94,15 +104,17 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) inline void tile4x4(
   alignas(64) float r[16];
   _mm512_store_ps(r, reduce16(acc));
   for (int i = 0; i < rows; ++i)
-    for (int j = 0; j < 4; ++j) y[j * ldy + i] = r[lane_of(4 * i + j)];
+    for (int j = 0; j < cols; ++j) y[j * ldy + i] = r[lane_of(4 * i + j)];
 }
 
 // 16 weight rows x 1 input row: acc[i] = dot(W_i, x).
 __attribute__((target("avx512f,avx512bw,avx512bf16"))) inline void tile16x1(
-    const uint16_t* x, const uint16_t* W, int64_t K, float* y, int rows) {
+    const uint16_t* x, const uint16_t* W, int64_t K, float* y, int rows, const uint16_t* pf) {
   __m512 acc[16];
   for (auto& a : acc) a = _mm512_setzero_ps();
   for (int64_t k = 0; k < K; k += 32) {
+    if (pf)
+      for (int i = 0; i < 16; i += 4) prefetch4(pf + i * K, K, k);
     const __m512bh xv = (__m512bh)_mm512_loadu_si512(x + k);
     for (int i = 0; i < 16; ++i)
       acc[i] = _mm512_dpbf16_ps(acc[i], (__m512bh)_mm512_loadu_si512(W + i * K + k), xv);
@@ -113,29 +125,47 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) inline void tile16x1(
 }
 
 // One block of 16 weight rows (`rows` of them real) against all N inputs.
+// With N > 1 the inputs come padded with zero rows to a multiple of 4 (x has
+// that many rows; only N results are written). `next` (or null) is the block
+// computed after this one: the first pass over this block's weights
+// prefetches it, so that the next block's memory traffic overlaps this
+// block's arithmetic instead of following it. Neither changes any result:
+// each dot product is computed the same way in every tile.
 __attribute__((target("avx512f,avx512bw,avx512bf16"))) void block16(
-    const uint16_t* x, int64_t N, const uint16_t* W, int64_t K, float* y, int64_t ldy, int rows) {
-  int64_t n = 0;
-  for (; n + 4 <= N; n += 4)
+    const uint16_t* x, int64_t N, const uint16_t* W, int64_t K, float* y, int64_t ldy, int rows,
+    const uint16_t* next) {
+  if (N == 1) {
+    tile16x1(x, W, K, y, rows, next);
+    return;
+  }
+  for (int64_t n = 0; n < N; n += 4)
     for (int i = 0; i < 16 && i < rows; i += 4)
-      tile4x4(x + n * K, W + i * K, K, y + n * ldy + i, ldy, std::min(4, rows - i));
-  for (; n < N; ++n) tile16x1(x + n * K, W, K, y + n * ldy, rows);
+      tile4x4(x + n * K, W + i * K, K, y + n * ldy + i, ldy, std::min(4, rows - i),
+              static_cast<int>(std::min<int64_t>(4, N - n)), n == 0 && next ? next + i * K : nullptr);
 }
 
 __attribute__((target("avx512f,avx512bw,avx512bf16"))) void linear_avx512bf16(
     const uint16_t* x, int64_t N, const uint16_t* W, int64_t O, int64_t K, float* y,
     int64_t ldy) {
+  // Inputs padded with zero rows to a multiple of 4 (see block16).
+  std::vector<uint16_t> xpad;
+  if (N > 1 && N % 4 != 0) {
+    xpad.assign(static_cast<size_t>((N + 3) / 4 * 4 * K), 0);
+    std::memcpy(xpad.data(), x, sizeof(uint16_t) * N * K);
+    x = xpad.data();
+  }
   const int64_t full = O / 16;
   // About 64 KiB of weights per task keeps the per-task overhead small.
   const int64_t grain = std::max<int64_t>(1, 2048 / K);
   at::parallel_for(0, full, grain, [&](int64_t b0, int64_t b1) {
-    for (int64_t b = b0; b < b1; ++b) block16(x, N, W + b * 16 * K, K, y + b * 16, ldy, 16);
+    for (int64_t b = b0; b < b1; ++b)
+      block16(x, N, W + b * 16 * K, K, y + b * 16, ldy, 16, b + 1 < b1 ? W + (b + 1) * 16 * K : nullptr);
   });
   if (const int rest = static_cast<int>(O - full * 16); rest > 0) {
     // Tail rows: zero-padded copy so the tiles never read past W.
     std::vector<uint16_t> pad(static_cast<size_t>(16 * K), 0);
     std::memcpy(pad.data(), W + full * 16 * K, sizeof(uint16_t) * rest * K);
-    block16(x, N, pad.data(), K, y + full * 16, ldy, rest);
+    block16(x, N, pad.data(), K, y + full * 16, ldy, rest, nullptr);
   }
 }
 
@@ -243,11 +273,55 @@ void rope_pairs(float* x, int64_t T, int64_t row_stride, int64_t n_heads, int64_
   }
 }
 
+namespace {
+
+// scores[j] = dot(q, K_j) * scale for j < L, K_j = K + j*hd. Keys go 16 at a
+// time: one accumulator per key over hd in steps of 16 (the same FMA sequence
+// as dot_avx512), then reduce16, which applies hsum16's tree to all 16 at
+// once. So every score equals dot(q, K_j) * scale bit for bit, whatever L is.
+__attribute__((target("avx512f"))) void scores_avx512(const float* q, const float* K, int64_t L,
+                                                      int64_t hd, float scale, float* scores) {
+  int64_t j = 0;
+  for (; j + 16 <= L; j += 16) {
+    __m512 acc[16];
+    for (int a = 0; a < 16; ++a) {
+      const float* kr = K + (j + a) * hd;
+      __m512 s = _mm512_setzero_ps();
+      for (int64_t d = 0; d < hd; d += 16) s = _mm512_fmadd_ps(_mm512_loadu_ps(q + d), _mm512_loadu_ps(kr + d), s);
+      acc[a] = s;
+    }
+    alignas(64) float r[16];
+    _mm512_store_ps(r, reduce16(acc));
+    for (int a = 0; a < 16; ++a) scores[j + a] = r[lane_of(a)] * scale;
+  }
+  for (; j < L; ++j) scores[j] = dot_avx512(q, K + j * hd, hd) * scale;
+}
+
+// acc[d] = Σ_j p[j] * V_j[d] for d < hd (hd % 16 == 0), V_j = V + j*hd, summed
+// over j in order with a multiply then an add per term (the portable loop's
+// rounding). 64 columns at a time stay in registers across all keys.
+__attribute__((target("avx512f"))) void pv_avx512(const float* p, const float* V, int64_t L, int64_t hd,
+                                                  float* acc) {
+  for (int64_t d0 = 0; d0 < hd; d0 += 64) {
+    const int nc = static_cast<int>(std::min<int64_t>(64, hd - d0) / 16);
+    __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+    for (int64_t j = 0; j < L; ++j) {
+      const __m512 pj = _mm512_set1_ps(p[j]);
+      const float* vr = V + j * hd + d0;
+      for (int c = 0; c < nc; ++c) a[c] = _mm512_add_ps(a[c], _mm512_mul_ps(pj, _mm512_loadu_ps(vr + 16 * c)));
+    }
+    for (int c = 0; c < nc; ++c) _mm512_storeu_ps(acc + d0 + 16 * c, a[c]);
+  }
+}
+
+}  // namespace
+
 void attention(const float* q, int64_t q_stride, const float* K, const float* V, int64_t cap,
                int64_t n_past, int64_t T, int64_t n_heads, int64_t n_kv, int64_t hd, float scale,
                uint16_t* out, bool causal) {
   const int64_t group = n_heads / n_kv;
   const int64_t work = (n_past + T) * hd * 2;
+  const bool fast = has_avx512f() && hd % 16 == 0;
   // Parallel over (t, head); each pair is independent, so the split does not
   // change any result.
   at::parallel_for(0, T * n_heads, std::max<int64_t>(1, 65536 / std::max<int64_t>(work, 1)),
@@ -260,21 +334,27 @@ void attention(const float* q, int64_t q_stride, const float* K, const float* V,
       const float* Kg = K + g * cap * hd;
       const float* Vg = V + g * cap * hd;
       const int64_t L = causal ? n_past + t + 1 : n_past + T;
-      float mx = -INFINITY;
-      for (int64_t j = 0; j < L; ++j) {
-        p[j] = dot(qv, Kg + j * hd, hd) * scale;
-        mx = std::max(mx, p[j]);
+      if (fast) {
+        scores_avx512(qv, Kg, L, hd, scale, p.data());
+      } else {
+        for (int64_t j = 0; j < L; ++j) p[j] = dot(qv, Kg + j * hd, hd) * scale;
       }
+      float mx = -INFINITY;
+      for (int64_t j = 0; j < L; ++j) mx = std::max(mx, p[j]);
       float sum = 0.f;
       for (int64_t j = 0; j < L; ++j) {
         p[j] = std::exp(p[j] - mx);
         sum += p[j];
       }
-      std::fill(acc.begin(), acc.end(), 0.f);
-      for (int64_t j = 0; j < L; ++j) {
-        const float pj = p[j];
-        const float* vr = Vg + j * hd;
-        for (int64_t d = 0; d < hd; ++d) acc[d] += pj * vr[d];
+      if (fast) {
+        pv_avx512(p.data(), Vg, L, hd, acc.data());
+      } else {
+        std::fill(acc.begin(), acc.end(), 0.f);
+        for (int64_t j = 0; j < L; ++j) {
+          const float pj = p[j];
+          const float* vr = Vg + j * hd;
+          for (int64_t d = 0; d < hd; ++d) acc[d] += pj * vr[d];
+        }
       }
       const float inv = 1.f / sum;
       uint16_t* o = out + t * n_heads * hd + h * hd;

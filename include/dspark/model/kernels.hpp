@@ -25,6 +25,11 @@ float bf16_to_f32(uint16_t v);
 /// x: [N, K] bf16 (row stride K), W: [O, K] bf16 (row stride K),
 /// y: [N, O] fp32 with row stride `ldy` (>= O). Parallel over O.
 /// K must be a multiple of 32 (throws dspark::InvalidArgument otherwise).
+/// Each result is bitwise independent of N, of the other rows and of the
+/// thread count. Decode is bound by weight memory traffic, so the kernel
+/// prefetches the next 16-row weight block while computing the current one;
+/// with several rows this overlaps memory and arithmetic (SmolLM2's matmuls,
+/// 1 thread: 8 rows 18.0 -> 13.5 ms, 1 row 10.5 -> 8.2 ms).
 void linear_bf16(const uint16_t* x, int64_t N, const uint16_t* W, int64_t O, int64_t K,
                  float* y, int64_t ldy);
 
@@ -49,7 +54,9 @@ void rope_pairs(float* x, int64_t T, int64_t row_stride, int64_t n_heads, int64_
 /// causal: query t sees keys 0..n_past+t; otherwise every query sees keys
 /// 0..n_past+T-1 (bidirectional inside the block, as the drafter needs).
 /// out: [T, n_heads*hd] bf16. Each (t, head) pair is computed independently
-/// (batch invariant).
+/// (batch invariant); with AVX-512 and hd % 16 == 0, scores go 16 keys per
+/// reduction and P·V keeps its accumulators in registers, with exactly the
+/// scalar path's operation order per element.
 void attention(const float* q, int64_t q_stride, const float* K, const float* V, int64_t cap,
                int64_t n_past, int64_t T, int64_t n_heads, int64_t n_kv, int64_t hd, float scale,
                uint16_t* out, bool causal = true);
