@@ -2,13 +2,18 @@
 // the alignment of every slot (label = token p+1+j, target distribution from
 // position p+j, teacher-forced previous token p+j, context strictly before p,
 // cumulative validity), anchor eligibility and sampling, the loss value
-// against an independent closed form, and the acceptance statistics.
+// against an independent closed form, and the acceptance statistics; with a
+// draft vocabulary: the label mapping, the restricted target distribution,
+// the loss against a computation from full-vocabulary tensors and the
+// acceptance against the target's full-vocabulary argmax.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "dspark/error.hpp"
@@ -292,6 +297,181 @@ TEST(TrainLoss, AcceptanceStatistics) {
   EXPECT_EQ(s.reached, (std::vector<int64_t>{2, 2, 1}));
   EXPECT_EQ(s.accepted, (std::vector<int64_t>{2, 1, 0}));
   EXPECT_DOUBLE_EQ(s.acceptance_by_position()[1], 0.5);
+}
+
+// ---- draft vocabulary ----------------------------------------------------------
+
+std::vector<int64_t> ints(const at::Tensor& t) {
+  at::Tensor c = t.to(at::kLong).contiguous().view({-1});
+  return std::vector<int64_t>(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel());
+}
+
+TEST(TrainLoss, DraftLabelsAreRowsOfTheDraftVocab) {
+  const auto tok = tokens20();  // token at t is 100 + t
+  const auto m = mask20();
+  const std::vector<TokenId> dv = {3, 106, 107, 109, 113, 500};
+  SlotTargets t = make_slot_targets(tok, m, std::vector<int64_t>{5, 12}, 4, dv);
+  SlotTargets t0 = make_slot_targets(tok, m, std::vector<int64_t>{5, 12}, 4);
+  EXPECT_FALSE(t0.draft_labels.defined());
+  ASSERT_TRUE(t.draft_labels.defined());
+  // Everything else is unchanged by the draft vocabulary.
+  EXPECT_TRUE(at::equal(t.labels, t0.labels));
+  EXPECT_TRUE(at::equal(t.valid, t0.valid));
+  // Anchor 5 predicts 106, 107, 108, 109 -> rows 1, 2, -1, 3.
+  EXPECT_EQ(ints(t.draft_labels[0]), (std::vector<int64_t>{1, 2, -1, 3}));
+  // Anchor 12 predicts 113, 114, then invalid slots -> 4, -1, -1, -1.
+  EXPECT_EQ(ints(t.draft_labels[1]), (std::vector<int64_t>{4, -1, -1, -1}));
+}
+
+// Restricted target distributions: the full distribution at the draft
+// vocabulary's columns, summing to the mass inside it; the logit statistics
+// are the full logits' logsumexp and argmax.
+TEST(TrainLoss, RestrictedTargetDistributionIsTheFullOneAtItsColumns) {
+  const int64_t V = 300, d = 64, L = 20;
+  at::Generator g = at::detail::createCPUGenerator(12);
+  at::Tensor head = at::empty({V, d}).normal_(0, 0.4, g).to(at::kBFloat16);
+  at::Tensor fh = at::empty({L, d}).normal_(0, 1, g);
+  std::vector<TokenId> dv;
+  for (TokenId v = 0; v < V; v += 4) dv.push_back(v);
+  dv.push_back(V - 1);
+  at::Tensor rows = at::tensor(std::vector<int64_t>(dv.begin(), dv.end()), at::kLong);
+  at::Tensor head_rows = head.index_select(0, rows);
+  SlotTargets t = make_slot_targets(tokens20(), mask20(), std::vector<int64_t>{5, 9, 19}, 4);
+  for (auto prec : {MatmulPrecision::Float32, MatmulPrecision::BFloat16}) {
+    for (double softcap : {0.0, 3.0}) {
+      SCOPED_TRACE(std::string(prec == MatmulPrecision::Float32 ? "fp32" : "bf16") + " softcap " +
+                   std::to_string(softcap));
+      at::Tensor full = target_probs(fh, head, t.target_pos, softcap, prec);  // [3, 4, V]
+      TargetLogitStats st = target_logit_stats(fh, head, softcap, prec);
+      ASSERT_EQ(st.lse.sizes(), (std::vector<int64_t>{L}));
+      ASSERT_EQ(st.argmax.scalar_type(), at::kLong);
+      // The statistics against the full logits.
+      at::Tensor logits = at::matmul(fh, head.to(at::kFloat).t());
+      if (softcap > 0) logits = at::tanh(logits / softcap) * softcap;
+      EXPECT_LT((st.lse - at::logsumexp(logits, -1)).abs().max().item<double>(), 3e-2);
+      at::Tensor all = target_probs(fh, head, at::arange(L, at::kLong), softcap, prec);  // [L, V]
+      EXPECT_TRUE(at::equal(st.argmax, all.argmax(-1)));
+
+      at::Tensor sub = target_probs_sub(fh, head_rows, st.lse, t.target_pos, softcap, prec);
+      ASSERT_EQ(sub.sizes(), (std::vector<int64_t>{3, 4, static_cast<int64_t>(dv.size())}));
+      at::Tensor cols = full.index_select(2, rows);
+      EXPECT_LT((sub - cols).abs().max().item<double>(), 1e-6);
+      EXPECT_LT((sub.sum(-1) - cols.sum(-1)).abs().max().item<double>(), 1e-5);
+      EXPECT_LT(sub.sum(-1).max().item<double>(), 0.9);  // a strict subset of the mass
+    }
+  }
+  EXPECT_THROW(target_probs_sub(fh, head_rows, at::zeros({L - 1}), t.target_pos), InvalidArgument);
+  EXPECT_THROW(target_probs_sub(fh, head_rows, at::zeros({L}), t.target_pos + L), InvalidArgument);
+}
+
+// The draft-vocabulary loss against its definition, computed from
+// full-vocabulary tensors: q = softmax over the draft vocabulary (0
+// elsewhere), p = the full target distribution, CE only for labels inside
+// the draft vocabulary.
+TEST(TrainLoss, DraftVocabLossMatchesFullVocabComputation) {
+  const int64_t V = 12, G = 3;
+  const std::vector<TokenId> dv = {1, 3, 4, 7, 8, 10};
+  const int64_t Vd = static_cast<int64_t>(dv.size());
+  at::Tensor ids = at::tensor(std::vector<int64_t>(dv.begin(), dv.end()), at::kLong);
+  // Tokens: labels of anchor 1 are 3, 5 (outside), 7; anchor 4: 8, 10, then
+  // a prompt token (invalid).
+  const std::vector<TokenId> tokens = {0, 2, 3, 5, 7, 8, 10, 11, 6};
+  const std::vector<uint8_t> mask = {0, 1, 1, 1, 1, 1, 1, 0, 1};
+  SlotTargets t = make_slot_targets(tokens, mask, std::vector<int64_t>{1, 4}, G, dv);
+  const int64_t N = 2;
+  ASSERT_EQ(ints(t.draft_labels), (std::vector<int64_t>{1, -1, 3, 4, 5, -1}));
+  ASSERT_EQ(ints(t.valid), (std::vector<int64_t>{1, 1, 1, 1, 1, 0}));
+
+  std::mt19937_64 rng(21);
+  std::normal_distribution<double> nd;
+  at::Tensor full_logits = at::empty({N, G, V}, at::kDouble), pt_logits = at::empty({N, G, V}, at::kDouble);
+  at::Tensor z = at::empty({N, G}, at::kDouble);
+  for (int64_t i = 0; i < N * G * V; ++i) {
+    full_logits.view({-1})[i] = nd(rng);
+    pt_logits.view({-1})[i] = 2 * nd(rng);
+  }
+  for (int64_t i = 0; i < N * G; ++i) z.view({-1})[i] = nd(rng);
+  at::Tensor p_full = at::softmax(pt_logits, -1);
+  GraphOut out{at::Tensor(), full_logits.index_select(2, ids), z};
+  LossOptions opts;
+  LossTerms r = dspark_loss(out, p_full.index_select(2, ids), t, opts);
+
+  double ce = 0, l1 = 0, bce = 0, wsum = 0;
+  for (int64_t i = 0; i < N; ++i) {
+    for (int64_t j = 0; j < G; ++j) {
+      if (!t.valid[i][j].item<bool>()) continue;
+      const double w = std::exp(-static_cast<double>(j) / 4.0);
+      // q over the full vocabulary: softmax over dv, zero elsewhere.
+      std::vector<double> q(V, 0.0);
+      double s = 0;
+      for (TokenId v : dv) s += std::exp(full_logits[i][j][v].item<double>());
+      for (TokenId v : dv) q[v] = std::exp(full_logits[i][j][v].item<double>()) / s;
+      double dist = 0;
+      for (int64_t v = 0; v < V; ++v) dist += std::abs(q[v] - p_full[i][j][v].item<double>());
+      const int64_t y = t.labels[i][j].item<int64_t>();
+      const bool in_dv = std::find(dv.begin(), dv.end(), static_cast<TokenId>(y)) != dv.end();
+      if (in_dv) ce += w * -std::log(q[y]);
+      const double c = std::clamp(1.0 - 0.5 * dist, 0.0, 1.0);
+      const double zz = z[i][j].item<double>();
+      const double sig = 1.0 / (1.0 + std::exp(-zz));
+      l1 += w * dist;
+      bce += w * -(c * std::log(sig) + (1 - c) * std::log(1 - sig));
+      wsum += w;
+      EXPECT_NEAR(r.l1_slot[i][j].item<double>(), dist, 1e-12);
+      EXPECT_NEAR(r.c_star[i][j].item<double>(), c, 1e-12);
+    }
+  }
+  EXPECT_NEAR(r.weight_sum, wsum, 1e-12);
+  EXPECT_NEAR(r.ce, ce, 1e-9);
+  EXPECT_NEAR(r.l1, l1, 1e-9);
+  EXPECT_NEAR(r.bce, bce, 1e-9);
+  EXPECT_NEAR(r.total.item<double>(), (0.1 * ce + 0.9 * l1 + 1.0 * bce) / wsum, 1e-9);
+
+  // A drafter equal to the target inside the draft vocabulary still pays the
+  // outside mass: L1 = 1 − Σ_D p.
+  GraphOut same{at::Tensor(), p_full.index_select(2, ids).log(), z};
+  LossTerms r2 = dspark_loss(same, p_full.index_select(2, ids), t, opts);
+  at::Tensor outside = 1.0 - p_full.index_select(2, ids).sum(-1);
+  at::Tensor q_same = at::softmax(p_full.index_select(2, ids).log(), -1);
+  at::Tensor expect_l1 = (q_same - p_full.index_select(2, ids)).abs().sum(-1) + outside;
+  EXPECT_TRUE(at::allclose(r2.l1_slot, expect_l1, 1e-12, 1e-12));
+  // Out-of-range draft labels are refused.
+  SlotTargets bad = t;
+  bad.draft_labels = t.draft_labels.clone();
+  bad.draft_labels[0][0] = Vd;
+  EXPECT_THROW(dspark_loss(out, p_full.index_select(2, ids), bad, opts), InvalidArgument);
+  bad.draft_labels[0][0] = -2;
+  EXPECT_THROW(dspark_loss(out, p_full.index_select(2, ids), bad, opts), InvalidArgument);
+}
+
+TEST(TrainLoss, DraftVocabAcceptanceUsesTheTargetsFullArgmax) {
+  // Draft vocabulary {2, 5, 9}; logit rows 0..2. Anchor 0: drafted 5, 9, 2
+  // vs target 5, 9, 4 (4 is outside the draft vocabulary: rejected) ->
+  // τ = 3. Anchor 1: drafted 2 vs target 5 -> τ = 1.
+  const at::Tensor ids = at::tensor({2, 5, 9}, at::kLong);
+  at::Tensor lg = at::zeros({2, 3, 3}, at::kFloat);
+  const int dr[2][3] = {{1, 2, 0}, {0, 0, 0}};
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 3; ++j) lg[i][j][dr[i][j]] = 1.0;
+  at::Tensor target_argmax = at::tensor({5, 9, 4, 5, 5, 5}, at::kLong).view({2, 3});
+  SlotTargets t;
+  t.valid = at::ones({2, 3}, at::kBool);
+  LossTerms l;
+  l.c_star = at::full({2, 3}, 0.5, at::kDouble);
+  GraphOut out{at::Tensor(), lg, at::zeros({2, 3})};
+  AcceptanceStats s;
+  accumulate_acceptance(out, target_argmax, ids, t, l, s);
+  EXPECT_EQ(s.anchors, 2);
+  EXPECT_DOUBLE_EQ(s.mean_tau_greedy(), (3.0 + 1.0) / 2);
+  EXPECT_EQ(s.reached, (std::vector<int64_t>{2, 1, 1}));
+  EXPECT_EQ(s.accepted, (std::vector<int64_t>{1, 1, 0}));
+  EXPECT_DOUBLE_EQ(s.mean_tau_sample(), 1.875);
+  // Without vocab_ids the rows are token ids: row 1 is token 1, never 5.
+  AcceptanceStats s2;
+  accumulate_acceptance(out, target_argmax, at::Tensor(), t, l, s2);
+  EXPECT_DOUBLE_EQ(s2.mean_tau_greedy(), 1.0);
+  EXPECT_THROW(accumulate_acceptance(out, target_argmax, at::tensor({2, 5}, at::kLong), t, l, s2),
+               InvalidArgument);
 }
 
 }  // namespace

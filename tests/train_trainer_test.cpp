@@ -1,5 +1,6 @@
 // Tests for the training data set format, the trainer (learning-rate
-// schedule, checkpoints, bit-exact resume) and an end-to-end overfit proof:
+// schedule, checkpoints, bit-exact resume, training on a draft vocabulary)
+// and an end-to-end overfit proof:
 // a drafter trained on three sequences of the target's own greedy
 // continuations reaches τ >= 3 in real speculative decoding on them.
 // The overfit test runs on a tiny random Llama by default; with
@@ -27,6 +28,7 @@
 #include "dspark/spec/generate.hpp"
 #include "dspark/spec/speculative.hpp"
 #include "dspark/train/data.hpp"
+#include "dspark/train/draft_vocab.hpp"
 #include "dspark/train/regen.hpp"
 #include "dspark/train/trainer.hpp"
 #include "test_util.hpp"
@@ -245,6 +247,67 @@ TEST(TrainTrainer, RunWritesCheckpointsExportAndMetrics) {
   EXPECT_EQ(latest["step"], 6);
 }
 
+// Training on a draft vocabulary end to end: fresh drafter, export carrying
+// the vocabulary, an --init drafter without one adopting it, and mismatches
+// refused.
+TEST(TrainTrainer, TrainsOnADraftVocabulary) {
+  TinySetup s;
+  const std::string data = s.dir.file("data");
+  const int64_t V = s.target->info().vocab;
+  write_dataset(data, s.target->info().id, random_sequences(40, 24, 5, 60, 6));  // tokens 3..59
+  const DraftVocab dv = select_draft_vocab(TrainDataset::load(data), 40, V, {1, 2});
+  ASSERT_EQ(dv.ids.size(), 40u);
+  ASSERT_LT(dv.coverage(), 1.0);  // some labels fall outside
+
+  TrainConfig c = s.config(data, s.dir.file("out"));
+  c.drafter.draft_vocab = dv.ids;
+  c.steps = 3;
+  Trainer t(c, *s.target);
+  EXPECT_EQ(t.drafter().config().draft_vocab, dv.ids);
+  EvalStats ev = t.run();
+  EXPECT_GT(ev.acceptance.anchors, 0);
+  EXPECT_GE(ev.acceptance.mean_tau_greedy(), 1.0);
+  EXPECT_TRUE(std::isfinite(ev.loss));
+  EXPECT_GT(ev.l1, 0.0);
+  Drafter d = load_drafter(s.dir.file("out"));
+  EXPECT_EQ(d.config().draft_vocab, dv.ids);
+  d.bind(*s.target);  // the export drafts on the same vocabulary
+  // Output rows outside the draft vocabulary are untouched by training.
+  Drafter fresh = Drafter::init(t.drafter().config(), c.seed);
+  const at::Tensor w2 = t.drafter().params().at("markov_w2.weight").detach();
+  EXPECT_TRUE(at::equal(w2[0], fresh.params().at("markov_w2.weight")[0]));  // id 0 is not in the vocabulary
+  EXPECT_FALSE(at::equal(w2[dv.ids[5]], fresh.params().at("markov_w2.weight")[dv.ids[5]]));
+
+  // An init drafter without a draft vocabulary takes the configured one.
+  {
+    DrafterConfig dc = c.drafter;
+    dc.draft_vocab.clear();
+    dc.complete_from(s.target->info());
+    save_drafter(Drafter::init(dc, 1), s.dir.file("init"), /*bf16=*/false);
+  }
+  TrainConfig ci = s.config(data, s.dir.file("out2"));
+  ci.init_drafter = s.dir.file("init");
+  ci.drafter.draft_vocab = dv.ids;
+  ci.steps = 1;
+  Trainer ti(ci, *s.target);
+  EXPECT_EQ(ti.drafter().config().draft_vocab, dv.ids);
+  ti.step();
+  // ... but a different one than the init drafter's own is refused, and so
+  // is a resume asking for another.
+  TrainConfig cm = ci;
+  cm.init_drafter = s.dir.file("out");
+  cm.drafter.draft_vocab = {1, 2, 3};
+  EXPECT_THROW(Trainer(cm, *s.target), InvalidArgument);
+  TrainConfig cr = c;
+  cr.resume = true;
+  cr.steps = 4;
+  cr.drafter.draft_vocab = {1, 2, 3};
+  EXPECT_THROW(Trainer(cr, *s.target), InvalidArgument);
+  cr.drafter.draft_vocab.clear();  // the checkpoint's own applies
+  Trainer tr(cr, *s.target);
+  EXPECT_EQ(tr.drafter().config().draft_vocab, dv.ids);
+}
+
 TEST(TrainTrainer, RejectsDataOfAnotherTarget) {
   TinySetup s;
   const std::string data = s.dir.file("data");
@@ -306,13 +369,19 @@ struct OverfitResult {
   size_t distinct_tokens = 0;  // distinct token ids in the continuations
 };
 
+// With draft_vocab > 0 the drafter gets a draft vocabulary of that many
+// tokens chosen from the data (select_draft_vocab).
 OverfitResult overfit(TargetModel& target, const std::vector<std::vector<TokenId>>& prompts, int64_t n_predict,
-                      const std::vector<TokenId>& stop_ids, TrainConfig c, const std::string& work) {
+                      const std::vector<TokenId>& stop_ids, TrainConfig c, const std::string& work,
+                      int64_t draft_vocab = 0) {
   auto seqs = greedy_sequences(target, prompts, n_predict, stop_ids);
   std::set<TokenId> distinct;
   for (size_t i = 0; i < seqs.size(); ++i)
     distinct.insert(seqs[i].tokens.begin() + static_cast<std::ptrdiff_t>(prompts[i].size()), seqs[i].tokens.end());
   write_dataset(work + "/data", target.info().id, seqs);
+  if (draft_vocab > 0)
+    c.drafter.draft_vocab =
+        select_draft_vocab(TrainDataset::load(work + "/data"), draft_vocab, target.info().vocab, stop_ids).ids;
   c.data_dir = work + "/data";
   c.out_dir = work + "/out";
   const auto t0 = std::chrono::steady_clock::now();
@@ -350,6 +419,33 @@ TEST(TrainOverfit, TinyTargetThreeSequencesReachTau3) {
               r.distinct_tokens, r.tau_before, r.tau_after, r.eval_tau, r.seconds);
   EXPECT_GE(r.tau_after, 3.0);
   EXPECT_GT(r.tau_after, r.tau_before);
+}
+
+// The same with a draft vocabulary that covers the continuations (a quarter
+// of the vocabulary): the drafter trained on it drafts on it at inference.
+TEST(TrainOverfit, TinyTargetDraftVocabReachesTau3) {
+  TinySetup s(77);
+  std::mt19937_64 rng(11);
+  std::vector<std::vector<TokenId>> prompts(3);
+  for (auto& p : prompts)
+    for (int i = 0; i < 8; ++i) p.push_back(static_cast<TokenId>(3 + rng() % 256));
+  TrainConfig c;
+  c.drafter.gamma = 6;
+  c.drafter.n_layers = 1;
+  c.drafter.seq_head = SeqHead::Markov;
+  c.steps = 150;
+  c.batch = 48;
+  c.anchors_per_seq = 16;
+  c.lr = 3e-3;
+  c.save_every = 0;
+  c.eval_every = 0;
+  c.feature_cache_mb = 64;
+  c.progress = Progress::None;
+  OverfitResult r = overfit(*s.target, prompts, 40, {}, c, s.dir.path().string(), /*draft_vocab=*/64);
+  ASSERT_LE(r.distinct_tokens, 64u);
+  std::printf("[overfit tiny, draft vocab 64] tau before %.2f, after %.2f (teacher-forced estimate %.2f), %.1f s\n",
+              r.tau_before, r.tau_after, r.eval_tau, r.seconds);
+  EXPECT_GE(r.tau_after, 3.0);
 }
 
 TEST(TrainOverfit, SmolLM2ThreeSequencesReachTau3) {

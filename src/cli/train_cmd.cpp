@@ -5,7 +5,11 @@
 
 #include "common.hpp"
 #include "dspark/error.hpp"
+#include "dspark/model/loaded_model.hpp"
 #include "dspark/model/target.hpp"
+#include "dspark/spec/checkpoint.hpp"
+#include "dspark/train/data.hpp"
+#include "dspark/train/draft_vocab.hpp"
 #include "dspark/train/trainer.hpp"
 
 namespace dspark::cli {
@@ -37,6 +41,9 @@ class TrainCommand : public Command {
     app_->add_option("--warmup", c.warmup, "fraction of steps of linear warmup")->capture_default_str();
     app_->add_option("--weight-decay", c.weight_decay, "AdamW weight decay")->capture_default_str();
     app_->add_option("--grad-clip", c.grad_clip, "max global gradient norm (0: off)")->capture_default_str();
+    app_->add_option("--w-ce", c.loss.w_ce, "weight of the cross-entropy term")->capture_default_str();
+    app_->add_option("--w-l1", c.loss.w_l1, "weight of the L1 (total variation) term")->capture_default_str();
+    app_->add_option("--w-bce", c.loss.w_bce, "weight of the confidence (BCE) term")->capture_default_str();
     app_->add_option("--gamma-decay", c.loss.gamma_decay, "position weight decay: w_j = exp(-j/gamma_decay)")
         ->capture_default_str();
     app_->add_option("--save-every", c.save_every, "checkpoint period in steps (0: at the end only)")
@@ -53,6 +60,11 @@ class TrainCommand : public Command {
                      "keep target features of up to this many MiB in memory (0: recompute)")
         ->capture_default_str();
     app_->add_option("--precision", precision_, "matmul precision: bf16 or fp32")->capture_default_str();
+    app_->add_option("--draft-vocab", draft_vocab_,
+                     "give a fresh or --init drafter without one a draft vocabulary of this many of the "
+                     "most frequent supervised tokens (plus the stop tokens), and train on it (0: none)")
+        ->check(CLI::NonNegativeNumber)
+        ->capture_default_str();
     app_->add_flag("--resume", c.resume, "continue from OUT/checkpoints/latest.json");
     app_->add_flag("-q,--quiet", quiet_, "no progress output");
   }
@@ -66,7 +78,21 @@ class TrainCommand : public Command {
     if (quiet_) cfg_.progress = train::Progress::None;
     cfg_.validate();
     model_.apply_threads();
-    auto target = load_target(model_.model);
+    std::unique_ptr<TargetModel> target;
+    if (draft_vocab_ > 0 && needs_draft_vocab()) {
+      LoadedModel m = LoadedModel::load(model_.model);  // the stop ids come with the tokenizer
+      target = std::move(m.target);
+      const train::TrainDataset data = train::TrainDataset::load(cfg_.data_dir);
+      const int64_t V = target->info().vocab;
+      const train::DraftVocab dv = train::select_draft_vocab(data, draft_vocab_, V, m.stop_ids);
+      if (!quiet_)
+        std::fprintf(stderr, "draft vocabulary: %zu of %lld tokens; covers %.2f%% of %lld supervised tokens\n",
+                     dv.ids.size(), static_cast<long long>(V), 100.0 * dv.coverage(),
+                     static_cast<long long>(dv.supervised));
+      cfg_.drafter.draft_vocab = dv.ids;
+    } else {
+      target = load_target(model_.model);
+    }
     train::Trainer trainer(cfg_, *target);
     train::EvalStats ev = trainer.run();
     const auto& a = ev.acceptance;
@@ -78,10 +104,26 @@ class TrainCommand : public Command {
   }
 
  private:
+  // Whether --draft-vocab selects one: not on --resume (the checkpoint's
+  // drafter config applies) nor for an --init drafter that has one.
+  bool needs_draft_vocab() const {
+    const char* skip = nullptr;
+    if (cfg_.resume) {
+      skip = "--resume continues with the checkpoint's drafter config";
+    } else if (!cfg_.init_drafter.empty()) {
+      const nlohmann::json j = read_drafter_json(cfg_.init_drafter);
+      if (!config_from_json(j, cfg_.init_drafter).draft_vocab.empty())
+        skip = "the --init drafter has its own draft vocabulary";
+    }
+    if (skip && !quiet_) std::fprintf(stderr, "--draft-vocab ignored: %s\n", skip);
+    return skip == nullptr;
+  }
+
   CLI::App* app_;
   ModelOptions model_;
   train::TrainConfig cfg_;
   std::string head_ = "markov", precision_ = "bf16";
+  int64_t draft_vocab_ = 0;
   bool quiet_ = false;
 };
 

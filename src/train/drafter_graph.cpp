@@ -94,6 +94,10 @@ DrafterGraph::DrafterGraph(DrafterConfig cfg, at::Tensor embedding, at::Tensor l
                             ", " + std::to_string(cfg_.hidden) + "], got " +
                             (t->defined() ? c10::str(t->sizes()) : std::string("undefined")));
   }
+  if (!cfg_.draft_vocab.empty()) {
+    rows_ = at::tensor(std::vector<int64_t>(cfg_.draft_vocab.begin(), cfg_.draft_vocab.end()), at::kLong);
+    head_ = head_.detach().index_select(0, rows_).contiguous();
+  }
 }
 
 const at::Tensor& DrafterGraph::frozen(const at::Tensor& src, at::ScalarType dtype, int which) const {
@@ -122,13 +126,13 @@ at::Tensor DrafterGraph::bmm(const at::Tensor& a, const at::Tensor& b) const {
 at::Tensor DrafterGraph::lm_head(const at::Tensor& h) const {
   if (h.scalar_type() == at::kFloat && opts_.matmul == MatmulPrecision::BFloat16) {
     if (!headT_.defined()) {
-      const int64_t V = cfg_.vocab, Vp = (V + 31) / 32 * 32;
+      const int64_t V = head_.size(0), Vp = (V + 31) / 32 * 32;
       headT_ = at::zeros({cfg_.hidden, Vp}, at::kBFloat16);
       headT_.narrow(1, 0, V).copy_(head_.detach().t());
     }
     const at::Tensor& hb = frozen(head_, at::kBFloat16, 1);
     auto sizes = h.sizes().vec();
-    sizes.back() = cfg_.vocab;
+    sizes.back() = head_.size(0);
     return FrozenHeadFn::apply(h.reshape({-1, cfg_.hidden}), hb, headT_)[0].view(sizes);
   }
   return at::matmul(h, frozen(head_, h.scalar_type(), 1).t());
@@ -231,7 +235,13 @@ GraphOut DrafterGraph::forward(const ParamMap& params, const at::Tensor& ctx_fea
   }
   GraphOut out;
   out.hidden = rmsnorm(x, P("output_norm.weight"), c.eps);  // [N, γ, d]
-  at::Tensor U = lm_head(out.hidden);                        // [N, γ, V]
+  at::Tensor U = lm_head(out.hidden);                        // [N, γ, V']
+  // Output rows of the sequential head: the draft vocabulary's (a
+  // differentiable gather) or all of them.
+  auto out_rows = [&](const std::string& name) {
+    const at::Tensor& W = P(name);
+    return rows_.defined() ? W.index_select(0, rows_) : W;
+  };
 
   // Sequential head under teacher forcing: e_k = W1[x_{k-1}].
   at::Tensor e = at::embedding(P("markov_w1.weight"), prev_tokens);  // [N, γ, r]
@@ -241,11 +251,11 @@ GraphOut DrafterGraph::forward(const ParamMap& params, const at::Tensor& ctx_fea
       out.logits = U;
       break;
     case SeqHead::Markov:  // Eq. 5
-      out.logits = U + linear(e, P("markov_w2.weight"));
+      out.logits = U + linear(e, out_rows("markov_w2.weight"));
       break;
     case SeqHead::Gated: {
       at::Tensor g = at::sigmoid(at::matmul(he, P("markov_gate.weight").t()) + P("markov_gate.bias"));
-      out.logits = U + linear(g * e, P("markov_w2.weight"));
+      out.logits = U + linear(g * e, out_rows("markov_w2.weight"));
       break;
     }
     case SeqHead::Rnn: {  // Eq. 6, unrolled over the block
@@ -260,7 +270,7 @@ GraphOut DrafterGraph::forward(const ParamMap& params, const at::Tensor& ctx_fea
         s = g * s + (1 - g) * at::tanh(gco.narrow(1, r, r));
         os.push_back(at::tanh(gco.narrow(1, 2 * r, r)));
       }
-      out.logits = U + linear(at::stack(os, 1), P("markov_w2.weight"));
+      out.logits = U + linear(at::stack(os, 1), out_rows("markov_w2.weight"));
       break;
     }
     case SeqHead::Elman: {
@@ -272,7 +282,7 @@ GraphOut DrafterGraph::forward(const ParamMap& params, const at::Tensor& ctx_fea
         s = at::tanh(at::matmul(s, Wh.t()) + e.select(1, k) + bh);
         ss.push_back(s);
       }
-      out.logits = U + linear(at::stack(ss, 1), P("elman.wo"));
+      out.logits = U + linear(at::stack(ss, 1), out_rows("elman.wo"));
       break;
     }
   }

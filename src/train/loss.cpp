@@ -139,7 +139,8 @@ std::vector<int64_t> sample_anchors(std::span<const uint8_t> loss_mask, int max_
 }
 
 SlotTargets make_slot_targets(std::span<const TokenId> tokens, std::span<const uint8_t> loss_mask,
-                              std::span<const int64_t> anchors, int gamma) {
+                              std::span<const int64_t> anchors, int gamma,
+                              std::span<const TokenId> draft_vocab) {
   const int64_t L = static_cast<int64_t>(tokens.size());
   if (static_cast<int64_t>(loss_mask.size()) != L)
     throw InvalidArgument("slot targets: " + std::to_string(L) + " tokens but " +
@@ -173,22 +174,39 @@ SlotTargets make_slot_targets(std::span<const TokenId> tokens, std::span<const u
       if (ok) lab[i][j] = tokens[p + 1 + j];
     }
   }
+  if (!draft_vocab.empty()) {
+    t.draft_labels = at::full({N, G}, -1, at::kLong);
+    auto dl = t.draft_labels.accessor<int64_t, 2>();
+    for (int64_t i = 0; i < N; ++i)
+      for (int64_t j = 0; j < G; ++j) {
+        if (!val[i][j]) continue;
+        const auto id = static_cast<TokenId>(lab[i][j]);
+        auto it = std::lower_bound(draft_vocab.begin(), draft_vocab.end(), id);
+        if (it != draft_vocab.end() && *it == id) dl[i][j] = it - draft_vocab.begin();
+      }
+  }
   return t;
 }
 
-at::Tensor target_probs(const at::Tensor& final_hidden, const at::Tensor& lm_head,
-                        const at::Tensor& target_pos, double softcap, MatmulPrecision precision) {
+namespace {
+
+void check_head(const char* what, const at::Tensor& final_hidden, const at::Tensor& lm_head) {
   if (final_hidden.dim() != 2 || lm_head.dim() != 2 || lm_head.size(1) != final_hidden.size(1))
-    throw InvalidArgument("target_probs: final_hidden " + c10::str(final_hidden.sizes()) +
+    throw InvalidArgument(std::string(what) + ": final_hidden " + c10::str(final_hidden.sizes()) +
                           " and lm_head " + c10::str(lm_head.sizes()) + " do not match");
-  if (target_pos.numel() > 0 &&
-      (target_pos.min().item<int64_t>() < 0 || target_pos.max().item<int64_t>() >= final_hidden.size(0)))
-    throw InvalidArgument("target_probs: position outside the sequence");
-  at::NoGradGuard no_grad;
-  at::Tensor h = final_hidden.index_select(0, target_pos.reshape({-1}));  // [N*γ, d]
+}
+
+void check_positions(const char* what, const at::Tensor& target_pos, int64_t L) {
+  if (target_pos.numel() > 0 && (target_pos.min().item<int64_t>() < 0 || target_pos.max().item<int64_t>() >= L))
+    throw InvalidArgument(std::string(what) + ": position outside the sequence");
+}
+
+// softcap(h · lm_headᵀ) for h [M, d]: [M, V], fp32 (fp64 for fp64 h), no
+// gradient. bf16 precision with fp32 h uses the target's own logits
+// computation (bf16 inputs, fp32 accumulation).
+at::Tensor head_logits(const at::Tensor& h, const at::Tensor& lm_head, double softcap, MatmulPrecision precision) {
   at::Tensor logits;
   if (h.scalar_type() == at::kFloat && precision == MatmulPrecision::BFloat16 && lm_head.size(1) % 32 == 0) {
-    // The target's own logits computation: bf16 inputs, fp32 accumulation.
     at::Tensor hb = h.to(at::kBFloat16).contiguous(), wb = lm_head.to(at::kBFloat16).contiguous();
     logits = at::empty({h.size(0), wb.size(0)}, at::kFloat);
     kernels::linear_bf16(reinterpret_cast<const uint16_t*>(hb.data_ptr<at::BFloat16>()), h.size(0),
@@ -199,9 +217,57 @@ at::Tensor target_probs(const at::Tensor& final_hidden, const at::Tensor& lm_hea
     logits = at::matmul(h.to(dt), lm_head.to(dt).t());
   }
   if (softcap > 0) logits = at::tanh(logits / softcap) * softcap;
+  return logits;
+}
+
+}  // namespace
+
+at::Tensor target_probs(const at::Tensor& final_hidden, const at::Tensor& lm_head,
+                        const at::Tensor& target_pos, double softcap, MatmulPrecision precision) {
+  check_head("target_probs", final_hidden, lm_head);
+  check_positions("target_probs", target_pos, final_hidden.size(0));
+  at::NoGradGuard no_grad;
+  at::Tensor h = final_hidden.index_select(0, target_pos.reshape({-1}));  // [N*γ, d]
+  at::Tensor logits = head_logits(h, lm_head, softcap, precision);
   auto sizes = target_pos.sizes().vec();
   sizes.push_back(lm_head.size(0));
   return at::softmax(logits, -1).view(sizes);
+}
+
+TargetLogitStats target_logit_stats(const at::Tensor& final_hidden, const at::Tensor& lm_head, double softcap,
+                                    MatmulPrecision precision) {
+  check_head("target_logit_stats", final_hidden, lm_head);
+  at::NoGradGuard no_grad;
+  const int64_t L = final_hidden.size(0);
+  const auto dt = final_hidden.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  TargetLogitStats st;
+  st.lse = at::empty({L}, dt);
+  st.argmax = at::empty({L}, at::kLong);
+  // Rows per chunk: at most ~32 MiB of logits at a time.
+  const int64_t chunk = std::max<int64_t>(1, (int64_t{8} << 20) / std::max<int64_t>(1, lm_head.size(0)));
+  for (int64_t r0 = 0; r0 < L; r0 += chunk) {
+    const int64_t n = std::min(chunk, L - r0);
+    at::Tensor logits = head_logits(final_hidden.narrow(0, r0, n), lm_head, softcap, precision);
+    st.lse.narrow(0, r0, n).copy_(at::logsumexp(logits, -1));
+    st.argmax.narrow(0, r0, n).copy_(logits.argmax(-1));
+  }
+  return st;
+}
+
+at::Tensor target_probs_sub(const at::Tensor& final_hidden, const at::Tensor& head_rows, const at::Tensor& lse,
+                            const at::Tensor& target_pos, double softcap, MatmulPrecision precision) {
+  check_head("target_probs_sub", final_hidden, head_rows);
+  if (lse.dim() != 1 || lse.size(0) != final_hidden.size(0))
+    throw InvalidArgument("target_probs_sub: lse " + c10::str(lse.sizes()) + " does not match final_hidden " +
+                          c10::str(final_hidden.sizes()));
+  check_positions("target_probs_sub", target_pos, final_hidden.size(0));
+  at::NoGradGuard no_grad;
+  const at::Tensor pos = target_pos.reshape({-1});
+  at::Tensor logits = head_logits(final_hidden.index_select(0, pos), head_rows, softcap, precision);  // [N*γ, V']
+  at::Tensor p = at::exp(logits - lse.to(logits.scalar_type()).index_select(0, pos).unsqueeze(1));
+  auto sizes = target_pos.sizes().vec();
+  sizes.push_back(head_rows.size(0));
+  return p.view(sizes);
 }
 
 double slot_weight_sum(const at::Tensor& valid, double gamma_decay) {
@@ -219,18 +285,29 @@ LossTerms dspark_loss(const GraphOut& out, const at::Tensor& p_target, const Slo
                           " and confidence " + c10::str(out.conf_logits.sizes()) + " do not match");
   const auto dt = logits.scalar_type();
   const int64_t G = logits.size(1);
-  if (t.labels.sizes() != t.valid.sizes() || t.labels.scalar_type() != at::kLong ||
-      (t.labels.numel() > 0 && (t.labels.min().item<int64_t>() < 0 || t.labels.max().item<int64_t>() >= logits.size(2))))
-    throw InvalidArgument("dspark_loss: labels must be int64 [N, γ] ids in [0, " + std::to_string(logits.size(2)) + ")");
+  // With a draft vocabulary the labels are rows of it, −1 meaning "no CE term".
+  const bool sub = t.draft_labels.defined();
+  const at::Tensor& labels = sub ? t.draft_labels : t.labels;
+  const int64_t lo = sub ? -1 : 0;
+  if (labels.sizes() != t.valid.sizes() || labels.scalar_type() != at::kLong ||
+      (labels.numel() > 0 && (labels.min().item<int64_t>() < lo || labels.max().item<int64_t>() >= logits.size(2))))
+    throw InvalidArgument(std::string("dspark_loss: ") + (sub ? "draft_labels" : "labels") +
+                          " must be int64 [N, γ] ids in [" + std::to_string(lo) + ", " +
+                          std::to_string(logits.size(2)) + ")");
   at::Tensor w = t.valid.to(dt) * position_weights(G, opts.gamma_decay, dt).unsqueeze(0);  // [N, γ]
   LossTerms r;
   r.weight_sum = w.sum().item<double>();
   const double norm = normalizer > 0 ? normalizer : r.weight_sum;
 
   const int64_t M = logits.size(0) * G, V = logits.size(2);
-  auto ce_l1 = VocabLossFn::apply(logits.reshape({M, V}), p_target.to(dt).reshape({M, V}).detach(),
-                                  t.labels.reshape({M}));
+  at::Tensor pt = p_target.to(dt).reshape({M, V}).detach();
+  auto ce_l1 = VocabLossFn::apply(logits.reshape({M, V}), pt, (sub ? labels.clamp_min(0) : labels).reshape({M}));
   at::Tensor ce = ce_l1[0].view({-1, G}), l1 = ce_l1[1].view({-1, G});  // [N, γ]
+  if (sub) {
+    ce = ce * (labels >= 0).to(dt);
+    // The target mass outside the draft vocabulary, where q = 0 (constant).
+    l1 = l1 + (1.0 - pt.sum(-1)).clamp_min(0.0).view({-1, G});
+  }
   r.l1_slot = l1.detach();
   r.c_star = c_star_override.defined() ? c_star_override.to(dt).detach()
                                         : (1.0 - 0.5 * r.l1_slot).clamp(0.0, 1.0);
@@ -258,8 +335,24 @@ std::vector<double> AcceptanceStats::acceptance_by_position() const {
 void accumulate_acceptance(const GraphOut& out, const at::Tensor& p_target, const SlotTargets& t,
                            const LossTerms& loss, AcceptanceStats& stats) {
   at::NoGradGuard no_grad;
+  accumulate_acceptance(out, p_target.argmax(-1), at::Tensor(), t, loss, stats);
+}
+
+void accumulate_acceptance(const GraphOut& out, const at::Tensor& target_argmax, const at::Tensor& vocab_ids,
+                           const SlotTargets& t, const LossTerms& loss, AcceptanceStats& stats) {
+  at::NoGradGuard no_grad;
   const int64_t N = out.logits.size(0), G = out.logits.size(1);
-  at::Tensor match = (out.logits.argmax(-1) == p_target.argmax(-1)).logical_and(t.valid);  // [N, γ]
+  if (out.logits.dim() != 3 || target_argmax.sizes() != out.logits.sizes().slice(0, 2) ||
+      t.valid.sizes() != target_argmax.sizes() ||
+      (vocab_ids.defined() && (vocab_ids.dim() != 1 || vocab_ids.size(0) != out.logits.size(2))))
+    throw InvalidArgument("accumulate_acceptance: logits " + c10::str(out.logits.sizes()) + ", target argmax " +
+                          c10::str(target_argmax.sizes()) + ", valid " + c10::str(t.valid.sizes()) +
+                          " and vocab_ids " +
+                          (vocab_ids.defined() ? c10::str(vocab_ids.sizes()) : std::string("(none)")) +
+                          " do not match");
+  at::Tensor drafted = out.logits.argmax(-1);  // [N, γ] logit rows
+  if (vocab_ids.defined()) drafted = vocab_ids.to(at::kLong).index_select(0, drafted.reshape({-1})).view({N, G});
+  at::Tensor match = (drafted == target_argmax.to(at::kLong)).logical_and(t.valid);  // [N, γ]
   at::Tensor c = loss.c_star.to(at::kDouble) * t.valid.to(at::kDouble);
   if (stats.reached.size() < static_cast<size_t>(G)) {
     stats.reached.resize(static_cast<size_t>(G), 0);

@@ -147,10 +147,15 @@ struct Trainer::Impl {
   std::vector<size_t> order;
   std::mt19937_64 rng;
 
-  // Target features: taps [L, m*d] and final-normed hidden [L, d], fp32.
+  // Target features: taps [L, m*d] and final-normed hidden [L, d], fp32;
+  // with a draft vocabulary also the full-vocabulary logsumexp [L] fp32 and
+  // argmax [L] int64 of the target's logits at every position.
   struct Features {
-    at::Tensor taps, final_hidden;
-    int64_t bytes() const { return (taps.numel() + final_hidden.numel()) * 4; }
+    at::Tensor taps, final_hidden, lse, argmax;
+    int64_t bytes() const {
+      return (taps.numel() + final_hidden.numel()) * 4 + (lse.defined() ? lse.numel() * 4 : 0) +
+             (argmax.defined() ? argmax.numel() * 8 : 0);
+    }
   };
   std::unordered_map<size_t, Features> eval_cache;
   std::unordered_map<size_t, std::pair<Features, std::list<size_t>::iterator>> cache;
@@ -158,6 +163,20 @@ struct Trainer::Impl {
   int64_t cache_bytes = 0;
 
   Impl(TrainConfig c, TargetModel& t) : cfg(std::move(c)), target(t) {}
+
+  bool draft_vocab() const { return graph->vocab_ids().defined(); }
+
+  // Target distributions of the slots of `t` [N, γ, V'] (V' = |draft_vocab| or V).
+  at::Tensor target_distribution(const Features& f, const SlotTargets& t) const {
+    const double softcap = target.info().logit_softcap;
+    if (draft_vocab())
+      return target_probs_sub(f.final_hidden, graph->head_rows(), f.lse, t.target_pos, softcap, cfg.precision);
+    return target_probs(f.final_hidden, target.lm_head(), t.target_pos, softcap, cfg.precision);
+  }
+
+  SlotTargets slot_targets(size_t i, std::span<const int64_t> anchors) const {
+    return make_slot_targets(tokens(i), mask(i), anchors, drafter->config().gamma, drafter->config().draft_vocab);
+  }
 
   int64_t max_len() const {
     const int64_t ctx = target.info().context;
@@ -177,7 +196,14 @@ struct Trainer::Impl {
     KVCache kv = target.new_cache(static_cast<int64_t>(toks.size()));
     ForwardOut o = target.forward_one(kv, toks, Logits::None,
                                       TapRequest{drafter->config().tap_layers, /*final_hidden=*/true});
-    return {o.taps, o.final_hidden};
+    Features f{o.taps, o.final_hidden, {}, {}};
+    if (draft_vocab()) {
+      TargetLogitStats st =
+          target_logit_stats(o.final_hidden, target.lm_head(), target.info().logit_softcap, cfg.precision);
+      f.lse = st.lse;
+      f.argmax = st.argmax;
+    }
+    return f;
   }
 
   Features features(size_t i, bool eval, double& seconds, int64_t& n_tokens) {
@@ -220,6 +246,16 @@ struct Trainer::Impl {
       new_epoch_order();
     }
     return order[cursor++];
+  }
+
+  // A draft vocabulary asked for in cfg.drafter must be the drafter's own.
+  void check_draft_vocab(const std::string& where) const {
+    const auto& want = cfg.drafter.draft_vocab;
+    if (!want.empty() && drafter->config().draft_vocab != want)
+      throw InvalidArgument(where + ": the drafter has a draft vocabulary of " +
+                            std::to_string(drafter->config().draft_vocab.size()) +
+                            " tokens, this run asks for a different one of " + std::to_string(want.size()) +
+                            " tokens");
   }
 
   void setup_params_and_optimizer() {
@@ -275,45 +311,70 @@ struct Trainer::Impl {
 
   fs::path ckpt_root() const { return fs::path(cfg.out_dir) / "checkpoints"; }
 
+  // Name of the step directory latest.json points to ("" when none).
+  std::string latest_dir() const {
+    const fs::path latest = ckpt_root() / "latest.json";
+    if (!fs::exists(latest)) return "";
+    try {
+      return read_json(latest.string()).value("dir", "");
+    } catch (const Error&) {
+      return "";
+    }
+  }
+
   void save() {
     fs::create_directories(ckpt_root());
     const std::string name = step_dir_name(step);
     const fs::path dir = ckpt_root() / name;
-    std::error_code ec;
-    fs::remove_all(dir, ec);  // a leftover of an interrupted save of this step
     const nlohmann::json train_extra = {{"train", {{"step", step}}}};
-    save_drafter(*drafter, dir.string(), /*bf16=*/false, train_extra);
+    // A checkpoint of this very step that latest.json already names holds
+    // exactly these weights (only step() changes them): keep it.
+    if (!(fs::exists(dir) && latest_dir() == name)) {
+      // Everything goes to a scratch directory that is renamed into place
+      // once complete, then latest.json is switched to it.
+      const fs::path tmp = ckpt_root() / (name + ".partial");
+      std::error_code ec;
+      fs::remove_all(tmp, ec);
+      save_drafter(*drafter, tmp.string(), /*bf16=*/false, train_extra);
 
-    torch::serialize::OutputArchive ar;
-    opt->save(ar);
-    std::ostringstream os;
-    ar.save_to(os);
-    const std::string opt_bytes = os.str();
-    io::write_file_atomic((dir / "optimizer.pt").string(), opt_bytes);
+      torch::serialize::OutputArchive ar;
+      opt->save(ar);
+      std::ostringstream os;
+      ar.save_to(os);
+      const std::string opt_bytes = os.str();
+      io::write_file_atomic((tmp / "optimizer.pt").string(), opt_bytes);
 
-    std::ostringstream rs;
-    rs << rng;
-    nlohmann::json state = {{"step", step},
-                            {"epoch", epoch},
-                            {"cursor", cursor},
-                            {"rng", rs.str()},
-                            {"optimizer_bytes", opt_bytes.size()},
-                            {"identity", identity_json(cfg)},
-                            {"config", config_json(cfg)}};
-    io::write_json_atomic((dir / "trainer_state.json").string(), state);
-    io::write_json_atomic((ckpt_root() / "latest.json").string(), {{"step", step}, {"dir", name}});
+      std::ostringstream rs;
+      rs << rng;
+      nlohmann::json state = {{"step", step},
+                              {"epoch", epoch},
+                              {"cursor", cursor},
+                              {"rng", rs.str()},
+                              {"optimizer_bytes", opt_bytes.size()},
+                              {"identity", identity_json(cfg)},
+                              {"config", config_json(cfg)}};
+      io::write_json_atomic((tmp / "trainer_state.json").string(), state);
+      fs::remove_all(dir, ec);  // a stale copy that latest.json does not name
+      fs::rename(tmp, dir);
+      io::write_json_atomic((ckpt_root() / "latest.json").string(), {{"step", step}, {"dir", name}});
+    }
 
     // The shipping export (bf16) next to the checkpoints.
     save_drafter(*drafter, cfg.out_dir, /*bf16=*/true, train_extra);
 
-    // Keep the newest keep_checkpoints step directories.
-    std::vector<std::string> dirs;
-    for (const auto& e : fs::directory_iterator(ckpt_root()))
-      if (e.is_directory() && e.path().filename().string().rfind("step-", 0) == 0)
-        dirs.push_back(e.path().filename().string());
+    // Keep the newest keep_checkpoints step directories; drop leftovers of
+    // interrupted saves.
+    std::error_code ec;
+    std::vector<std::string> dirs, partial;
+    for (const auto& e : fs::directory_iterator(ckpt_root())) {
+      const std::string n = e.path().filename().string();
+      if (!e.is_directory() || n.rfind("step-", 0) != 0) continue;
+      (n.size() > 8 && n.substr(n.size() - 8) == ".partial" ? partial : dirs).push_back(n);
+    }
     std::sort(dirs.begin(), dirs.end());
     for (size_t k = 0; k + static_cast<size_t>(cfg.keep_checkpoints) < dirs.size(); ++k)
-      if (dirs[k] != name) fs::remove_all(ckpt_root() / dirs[k], ec);
+      if (dirs[k] != name) partial.push_back(dirs[k]);
+    for (const auto& n : partial) fs::remove_all(ckpt_root() / n, ec);
   }
 
   void resume() {
@@ -339,6 +400,7 @@ struct Trainer::Impl {
       throw FormatError((dir / "dspark.json").string() + ": not the weights of step " + std::to_string(s));
     drafter = std::make_unique<Drafter>(load_drafter(dir.string()));
     check_drafter_matches(drafter->config(), target.info());
+    check_draft_vocab(dir.string());
     setup_params_and_optimizer();
 
     const std::string opath = (dir / "optimizer.pt").string();
@@ -387,6 +449,14 @@ Trainer::Trainer(TrainConfig cfg, TargetModel& target) : impl_(std::make_unique<
     if (!m.cfg.init_drafter.empty()) {
       m.drafter = std::make_unique<Drafter>(load_drafter(m.cfg.init_drafter));
       check_drafter_matches(m.drafter->config(), ti);
+      const auto& want = m.cfg.drafter.draft_vocab;
+      if (!want.empty() && m.drafter->config().draft_vocab.empty()) {
+        DrafterConfig dc = m.drafter->config();
+        dc.draft_vocab = want;
+        dc.validate();
+        m.drafter = std::make_unique<Drafter>(dc, m.drafter->params());
+      }
+      m.check_draft_vocab(m.cfg.init_drafter);
     } else {
       DrafterConfig dc = m.cfg.drafter;
       dc.complete_from(ti);
@@ -408,7 +478,6 @@ const std::vector<size_t>& Trainer::eval_indices() const { return impl_->eval_id
 StepStats Trainer::step() {
   Impl& m = *impl_;
   const auto t0 = Clock::now();
-  const int G = m.drafter->config().gamma;
   StepStats st;
   st.lr = lr_at(m.cfg, m.step);
 
@@ -425,16 +494,15 @@ StepStats Trainer::step() {
     std::vector<int64_t> a = sample_anchors(m.mask(i), want, m.rng);
     if (a.empty()) continue;
     n_anchors += static_cast<int64_t>(a.size());
-    groups.push_back({i, make_slot_targets(m.tokens(i), m.mask(i), a, G)});
+    groups.push_back({i, m.slot_targets(i, a)});
   }
   double norm = 0;
   for (const auto& g : groups) norm += slot_weight_sum(g.t.valid, m.cfg.loss.gamma_decay);
 
   m.opt->zero_grad();
-  const double softcap = m.target.info().logit_softcap;
   for (const auto& g : groups) {
     Impl::Features f = m.features(g.seq, false, st.target_seconds, st.tokens);
-    at::Tensor pt = target_probs(f.final_hidden, m.target.lm_head(), g.t.target_pos, softcap, m.cfg.precision);
+    at::Tensor pt = m.target_distribution(f, g.t);
     GraphOut out = m.graph->forward(m.drafter->params(), f.taps, g.t.anchors, g.t.prev_tokens);
     LossTerms loss = dspark_loss(out, pt, g.t, m.cfg.loss, norm);
     loss.total.backward();
@@ -469,19 +537,22 @@ EvalStats Trainer::evaluate() {
   at::NoGradGuard no_grad;
   EvalStats ev;
   ev.held_out = m.eval_held_out;
-  const int G = m.drafter->config().gamma;
-  const double softcap = m.target.info().logit_softcap;
   double ts = 0;
   int64_t nt = 0;
   for (size_t k = 0; k < m.eval_idx.size(); ++k) {
     const size_t i = m.eval_idx[k];
     if (m.eval_anchors[k].empty()) continue;
-    SlotTargets t = make_slot_targets(m.tokens(i), m.mask(i), m.eval_anchors[k], G);
+    SlotTargets t = m.slot_targets(i, m.eval_anchors[k]);
     Impl::Features f = m.features(i, true, ts, nt);
-    at::Tensor pt = target_probs(f.final_hidden, m.target.lm_head(), t.target_pos, softcap, m.cfg.precision);
+    at::Tensor pt = m.target_distribution(f, t);
     GraphOut out = m.graph->forward(m.drafter->params(), f.taps, t.anchors, t.prev_tokens);
     LossTerms loss = dspark_loss(out, pt, t, m.cfg.loss);
-    accumulate_acceptance(out, pt, t, loss, ev.acceptance);
+    if (m.draft_vocab()) {
+      at::Tensor target_argmax = f.argmax.index_select(0, t.target_pos.reshape({-1})).view_as(t.target_pos);
+      accumulate_acceptance(out, target_argmax, m.graph->vocab_ids(), t, loss, ev.acceptance);
+    } else {
+      accumulate_acceptance(out, pt, t, loss, ev.acceptance);
+    }
     ++ev.sequences;
   }
   const auto& a = ev.acceptance;
@@ -533,14 +604,17 @@ EvalStats Trainer::run() {
   };
 
   if (mode != Progress::None) {
-    std::fprintf(stderr, "training %s drafter (%d layers, gamma %d) on %zu sequences (%zu held out), %lld steps of %d anchors\n",
-                 to_string(m.drafter->config().seq_head).c_str(), m.drafter->config().n_layers,
-                 m.drafter->config().gamma, m.train_idx.size(), m.eval_held_out ? m.eval_idx.size() : size_t{0},
-                 static_cast<long long>(c.steps), c.batch);
+    const DrafterConfig& dc = m.drafter->config();
+    const std::string vocab = dc.draft_vocab.empty()
+                                  ? "full vocabulary"
+                                  : "draft vocabulary of " + std::to_string(dc.draft_vocab.size()) + " tokens";
+    std::fprintf(stderr, "training %s drafter (%d layers, gamma %d, %s) on %zu sequences (%zu held out), %lld steps of %d anchors\n",
+                 to_string(dc.seq_head).c_str(), dc.n_layers, dc.gamma, vocab.c_str(), m.train_idx.size(),
+                 m.eval_held_out ? m.eval_idx.size() : size_t{0}, static_cast<long long>(c.steps), c.batch);
   }
   const auto t_start = Clock::now();
   const int64_t first = m.step;
-  double anchors_total = 0, tokens_total = 0;
+  double anchors_total = 0, tokens_total = 0, step_s_total = 0, target_s_total = 0;
   StepStats acc;  // running sums for Lines mode
   int64_t acc_n = 0;
   EvalStats last;
@@ -548,6 +622,8 @@ EvalStats Trainer::run() {
     StepStats s = step();
     anchors_total += static_cast<double>(s.anchors);
     tokens_total += static_cast<double>(s.tokens);
+    step_s_total += s.seconds;
+    target_s_total += s.target_seconds;
     acc.loss += s.loss;
     acc.ce += s.ce;
     acc.l1 += s.l1;
@@ -572,7 +648,8 @@ EvalStats Trainer::run() {
                 {"grad_norm", s.grad_norm},
                 {"steps_per_s", sps},
                 {"anchors_per_s", anchors_total / std::max(el, 1e-9)},
-                {"target_tokens_per_s", tokens_total / std::max(el, 1e-9)}});
+                {"target_tokens_per_s", tokens_total / std::max(el, 1e-9)},
+                {"target_time_share", target_s_total / std::max(step_s_total, 1e-9)}});
       if (mode == Progress::Lines)
         std::fprintf(stderr, "step %lld/%lld | loss %.4f (ce %.3f l1 %.3f bce %.3f) | lr %.2e | %.2f steps/s | %.1f anchors/s | ETA %s\n",
                      static_cast<long long>(m.step), static_cast<long long>(c.steps), acc.loss / n, acc.ce / n,

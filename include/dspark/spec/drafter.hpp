@@ -68,7 +68,8 @@ struct DrafterConfig {
   /// drafting pass costs |draft_vocab| instead of V rows (a reduced draft
   /// vocabulary, as in EAGLE-3 / FR-Spec). Lossless either way: the target
   /// verifies every token, and under sampling q is exactly the distribution
-  /// drawn from (zero outside the draft vocabulary). Training is unaffected.
+  /// drawn from (zero outside the draft vocabulary). Training optimizes that
+  /// same restricted distribution (see dspark/train/loss.hpp).
   std::vector<TokenId> draft_vocab;
 
   int m() const { return static_cast<int>(tap_layers.size()); }

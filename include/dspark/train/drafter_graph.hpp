@@ -19,9 +19,15 @@
 //     block keys are all visible (no causal mask); x += W_o attn;
 //     x += W_down(silu(W_gate h') ⊙ W_up h'), h' = ffn_norm(x)
 //   h = output_norm(x)                                               [N, γ, d]
-//   U = LMHead(h) (the target's frozen head)                         [N, γ, V]
+//   U = LMHead(h) (the target's frozen head)                         [N, γ, V']
 //   logits_k = U_k + B_k(prev, h)          (Eq. 5 / 6 and variants, see drafter_heads)
 //   z_k = w · [h_k ; W1[x_{k-1}]] + b      (Eq. 7; c_k = σ(z_k))
+// Output vocabulary: V' = V, or with a draft vocabulary D (DrafterConfig::
+// draft_vocab) V' = |D|: as in Drafter::bind / draft, only the rows of D of
+// the frozen head and of the sequential head's output matrix (markov_w2 /
+// elman.wo, restricted by a differentiable row gather) are evaluated, and
+// logit row i belongs to token D[i]. The previous-token embedding W1 and the
+// anchor / MASK embeddings still index the full vocabulary.
 // RoPE uses the GGUF "normal" pair layout (dims 2i, 2i+1), angles computed in
 // double precision as the inference kernel does.
 #pragma once
@@ -54,7 +60,8 @@ struct GraphOptions {
 /// Outputs of DrafterGraph::forward, in the parameters' dtype (fp32 or fp64).
 struct GraphOut {
   at::Tensor hidden;       // [N, γ, d]  h_k, post final norm
-  at::Tensor logits;       // [N, γ, V]  U_k + B_k (draft logits, Eq. 4)
+  at::Tensor logits;       // [N, γ, V'] U_k + B_k (draft logits, Eq. 4); V' = V, or
+                           //            |draft_vocab| with row i ↔ token draft_vocab[i]
   at::Tensor conf_logits;  // [N, γ]     z_k (confidence logits, Eq. 7)
 };
 
@@ -64,7 +71,9 @@ class DrafterGraph {
   /// `embedding` and `lm_head` are the target's frozen [V, d] tables (any
   /// floating dtype, usually bf16; TargetModel::embedding() / lm_head()).
   /// They are referenced, not copied, except for per-dtype conversions made
-  /// on first use. Throws InvalidArgument when their shapes are not [V, d].
+  /// on first use; with a draft vocabulary its rows of `lm_head` are gathered
+  /// once here (the rest of the head is never used). Throws InvalidArgument
+  /// when their shapes are not [V, d].
   DrafterGraph(DrafterConfig cfg, at::Tensor embedding, at::Tensor lm_head, GraphOptions opts = {});
 
   const DrafterConfig& config() const { return cfg_; }
@@ -80,7 +89,8 @@ class DrafterGraph {
   ///   prev_tokens  [N, γ'] int64 (1 <= γ' <= kMaxGamma): column 0 is the
   ///                anchor token, column k the token preceding slot k
   ///                (teacher forcing: the ground truth tokens[p_i + k]).
-  /// Returns hidden/logits/conf_logits for γ' slots. Throws InvalidArgument
+  /// Returns hidden/logits/conf_logits for γ' slots (logits over the output
+  /// vocabulary, see out_vocab()). Throws InvalidArgument
   /// for a missing parameter, mixed dtypes, or any shape/range violation
   /// (token ids outside [0, V), anchors outside [0, L]).
   GraphOut forward(const ParamMap& params, const at::Tensor& ctx_feats, const at::Tensor& anchors,
@@ -93,20 +103,31 @@ class DrafterGraph {
   /// Batched a · b (at::matmul broadcasting) under the configured precision.
   at::Tensor bmm(const at::Tensor& a, const at::Tensor& b) const;
 
-  /// The frozen LM head applied to h [..., d]: [..., V] in h's dtype. The
-  /// head never receives a gradient; h does. With bf16 precision this runs
-  /// on the inference kernel (bf16 inputs, fp32 accumulation and output),
-  /// exactly as Drafter::draft computes U.
+  /// The frozen LM head applied to h [..., d]: [..., V'] in h's dtype (only
+  /// the draft-vocabulary rows when there is one). The head never receives a
+  /// gradient; h does. With bf16 precision this runs on the inference kernel
+  /// (bf16 inputs, fp32 accumulation and output), exactly as Drafter::draft
+  /// computes U.
   at::Tensor lm_head(const at::Tensor& h) const;
+
+  /// V': the number of logit rows (|draft_vocab|, or V without one).
+  int64_t out_vocab() const { return head_.size(0); }
+  /// [V'] int64 token id of each logit row (the draft vocabulary), or an
+  /// undefined tensor without a draft vocabulary (row = token id).
+  const at::Tensor& vocab_ids() const { return rows_; }
+  /// The frozen LM head rows behind the logits: [V', d] in the dtype it was
+  /// given (for target_probs_sub, which must use the same rows).
+  const at::Tensor& head_rows() const { return head_; }
 
  private:
   const at::Tensor& frozen(const at::Tensor& src, at::ScalarType dtype, int which) const;
   DrafterConfig cfg_;
-  at::Tensor embed_, head_;
+  at::Tensor embed_, head_;  // head_: [V', d], the draft-vocabulary rows when there is one
+  at::Tensor rows_;          // [V'] int64 draft vocabulary (undefined: none)
   GraphOptions opts_;
   // Converted copies of the frozen tables, by dtype: [0] embedding, [1] head.
   mutable std::map<at::ScalarType, at::Tensor> frozen_cache_[2];
-  mutable at::Tensor headT_;  // [d, V rounded up to 32] bf16, the head transposed (backward)
+  mutable at::Tensor headT_;  // [d, V' rounded up to 32] bf16, the head transposed (backward)
 };
 
 }  // namespace dspark::train

@@ -12,6 +12,17 @@
 //   slot j is valid iff p+1+j < L, loss_mask[p+1+j] = 1 and every slot
 //     before it is valid (cumulative mask).
 // Anchors are positions p >= 1 with loss_mask[p] = loss_mask[p+1] = 1.
+//
+// Draft vocabulary D (DrafterConfig::draft_vocab, |D| = V'): the drafter's
+// logits cover D only (DrafterGraph), so its distribution q is the softmax
+// over D and zero elsewhere, exactly as at inference. Training then uses
+//   p^t restricted to D: p_v = exp(l_v − logsumexp_{u<V} l_u), v ∈ D
+//     (the full-vocabulary target distribution at the columns of D; it sums
+//     to the in-D mass, see target_logit_stats and target_probs_sub);
+//   labels mapped to their row of D (SlotTargets::draft_labels);
+//   L1 = Σ_{v∈D} |q_v − p_v| + (1 − Σ_{v∈D} p_v), the mass outside D
+//     counting fully (q is 0 there; this term is constant for the drafter);
+//   acceptance against the target's full-vocabulary argmax.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -51,13 +62,20 @@ struct SlotTargets {
   at::Tensor labels;       // [N, γ] int64 tokens[p_i + 1 + j] (0 where invalid)
   at::Tensor target_pos;   // [N, γ] int64 p_i + j, clamped to L−1 (position of the target distribution)
   at::Tensor valid;        // [N, γ] bool  cumulative validity
+  /// [N, γ] int64, only with a draft vocabulary D (undefined otherwise): the
+  /// row of labels[i][j] in D, −1 where the label lies outside D or the slot
+  /// is invalid. Its presence makes dspark_loss work on draft-vocab rows.
+  at::Tensor draft_labels;
 };
 
 /// Builds the targets for `anchors` (each in [0, L)) with block size `gamma`.
-/// Throws InvalidArgument when the token and mask lengths differ, an anchor
-/// is out of range or gamma is outside [1, kMaxGamma].
+/// With a non-empty `draft_vocab` (strictly ascending token ids, as
+/// DrafterConfig::draft_vocab) draft_labels is filled as well; validity does
+/// not depend on it. Throws InvalidArgument when the token and mask lengths
+/// differ, an anchor is out of range or gamma is outside [1, kMaxGamma].
 SlotTargets make_slot_targets(std::span<const TokenId> tokens, std::span<const uint8_t> loss_mask,
-                              std::span<const int64_t> anchors, int gamma);
+                              std::span<const int64_t> anchors, int gamma,
+                              std::span<const TokenId> draft_vocab = {});
 
 /// Target distributions p^t [N, γ, V] fp32 (no gradient):
 /// softmax(softcap(final_hidden[target_pos] · lm_headᵀ)).
@@ -70,6 +88,33 @@ SlotTargets make_slot_targets(std::span<const TokenId> tokens, std::span<const u
 at::Tensor target_probs(const at::Tensor& final_hidden, const at::Tensor& lm_head,
                         const at::Tensor& target_pos, double softcap = 0.0,
                         MatmulPrecision precision = MatmulPrecision::BFloat16);
+
+/// Per-position summary of the target's full-vocabulary logits
+/// l = softcap(final_hidden · lm_headᵀ) (the product as in target_probs).
+struct TargetLogitStats {
+  at::Tensor lse;     // [L] logsumexp_v l_v, fp32 (fp64 when final_hidden is fp64)
+  at::Tensor argmax;  // [L] int64 argmax_v l_v (the target's greedy token; first on ties)
+};
+
+/// Computes TargetLogitStats for every row of final_hidden [L, d] (fp32 or
+/// fp64) with lm_head [V, d], in row chunks (never [L, V] at once); no
+/// gradient. Throws InvalidArgument on shape mismatches.
+TargetLogitStats target_logit_stats(const at::Tensor& final_hidden, const at::Tensor& lm_head,
+                                    double softcap = 0.0,
+                                    MatmulPrecision precision = MatmulPrecision::BFloat16);
+
+/// Target distributions restricted to a subset of the vocabulary (the draft
+/// vocabulary): [N, γ, V'] fp32 (fp64 when final_hidden is fp64), no gradient,
+///   p[i][j][k] = exp(softcap(final_hidden[target_pos[i][j]] · head_rows[k]) − lse[target_pos[i][j]]),
+/// i.e. target_probs at those columns, which sum to the mass inside the subset.
+///   head_rows  [V', d] the rows of the LM head for the subset
+///              (DrafterGraph::head_rows()), any floating dtype
+///   lse        [L] TargetLogitStats::lse of the same final_hidden, computed
+///              with the same softcap and precision
+/// Throws InvalidArgument on shape mismatches or positions outside [0, L).
+at::Tensor target_probs_sub(const at::Tensor& final_hidden, const at::Tensor& head_rows, const at::Tensor& lse,
+                            const at::Tensor& target_pos, double softcap = 0.0,
+                            MatmulPrecision precision = MatmulPrecision::BFloat16);
 
 /// The loss of one group of anchors.
 struct LossTerms {
@@ -97,8 +142,19 @@ double slot_weight_sum(const at::Tensor& valid, double gamma_decay);
 /// weight sum). `out` comes from DrafterGraph::forward with the targets'
 /// prev_tokens; `p_target` is [N, γ, V] from target_probs. `c_star_override`
 /// [N, γ], when defined, replaces c* (gradient checks hold it fixed).
-/// A group without valid slots yields total = 0. Throws InvalidArgument on
-/// shape mismatches.
+/// A group without valid slots yields total = 0.
+///
+/// With a draft vocabulary (t.draft_labels defined) logits and p_target are
+/// [N, γ, V'] over the draft vocabulary D (p_target from target_probs_sub),
+/// softmax is over D, and
+///   CE_j  = −log softmax(logits_j)[draft_labels_j] where draft_labels_j >= 0;
+///           a slot whose label is outside D has no CE term (CE_j = 0; the
+///           drafter cannot propose that token) but keeps its L1 and BCE
+///           terms, its weight in weight_sum and its validity for the slots
+///           after it (the target may still accept a different proposal);
+///   L1_j  = Σ_{v∈D} |softmax(logits_j)(v) − p_j(v)| + max(0, 1 − Σ_{v∈D} p_j(v)).
+/// Throws InvalidArgument on shape mismatches or labels outside the logits'
+/// rows.
 LossTerms dspark_loss(const GraphOut& out, const at::Tensor& p_target, const SlotTargets& t,
                       const LossOptions& opts, double normalizer = 0.0,
                       const at::Tensor& c_star_override = {});
@@ -121,8 +177,22 @@ struct AcceptanceStats {
 
 /// Adds the anchors of one group to `stats`. A slot that is invalid (past the
 /// supervised span) counts as rejected, so τ estimates near the end of a
-/// response are conservative.
+/// response are conservative. Greedy acceptance of slot k: argmax of
+/// out.logits equals argmax of p_target [N, γ, V] (full vocabulary).
 void accumulate_acceptance(const GraphOut& out, const at::Tensor& p_target, const SlotTargets& t,
                            const LossTerms& loss, AcceptanceStats& stats);
+
+/// The same with the target's greedy tokens given directly, for drafters
+/// with a draft vocabulary: slot k is accepted iff the drafted token
+/// vocab_ids[argmax out.logits] equals target_argmax (so a target token
+/// outside the draft vocabulary is a rejection).
+///   target_argmax  [N, γ] int64 token ids: the target's full-vocabulary
+///                  argmax at target_pos (TargetLogitStats::argmax gathered)
+///   vocab_ids      [V'] int64 token id of each logit row
+///                  (DrafterGraph::vocab_ids()); undefined: rows are ids
+/// τ_sample uses loss.c_star as above. Throws InvalidArgument on shape
+/// mismatches.
+void accumulate_acceptance(const GraphOut& out, const at::Tensor& target_argmax, const at::Tensor& vocab_ids,
+                           const SlotTargets& t, const LossTerms& loss, AcceptanceStats& stats);
 
 }  // namespace dspark::train

@@ -14,6 +14,13 @@
 // embedding and LM head frozen), learning rate with linear warmup and cosine
 // decay to 0.
 //
+// A drafter with a draft vocabulary (DrafterConfig::draft_vocab) is trained
+// and evaluated on exactly the distribution it drafts from: logits over the
+// draft vocabulary only and the target distribution restricted to it, the
+// mass outside counting in L1 (see loss.hpp). The target's full-vocabulary
+// logsumexp and argmax per position are then computed with its features
+// (and cached with them).
+//
 // Output directory layout:
 //   OUT/dspark.json, OUT/model.safetensors   the drafter, bf16 (loadable by
 //                                             generate/bench), rewritten at
@@ -23,7 +30,10 @@
 //        trainer_state.json                  step, data order, RNG, config
 //   OUT/checkpoints/latest.json              {"step", "dir"}: written last and
 //                                             atomically; resume reads it
-//   OUT/metrics.jsonl                        one JSON object per logged step / eval
+//   OUT/metrics.jsonl                        one JSON object per logged step
+//        (step, loss, ce, l1, bce, lr, grad_norm, steps_per_s, anchors_per_s,
+//        target_tokens_per_s, target_time_share) or evaluation (eval_step,
+//        loss terms, tau_greedy, tau_sample, acceptance_by_position, ...)
 // Every file is replaced atomically, and a checkpoint becomes visible only
 // when latest.json names it, so a crash never leaves a half checkpoint in use.
 // Resuming restores parameters, optimizer moments, step, data order and RNG,
@@ -55,10 +65,13 @@ struct TrainConfig {
   /// Start from this drafter directory (e.g. `dspark init-drafter` output);
   /// empty: a fresh drafter from `drafter`, completed from the target.
   std::string init_drafter;
-  DrafterConfig drafter;       // used when init_drafter is empty
+  /// Used when init_drafter is empty. Its draft_vocab, when non-empty, also
+  /// applies to an init drafter that has none; an init or resumed drafter
+  /// with a different draft vocabulary is refused (InvalidArgument).
+  DrafterConfig drafter;
   int64_t steps = 1000;        // optimizer steps in total
-  int batch = 32;              // anchors per step
-  int anchors_per_seq = 16;    // at most this many anchors from one sequence per step
+  int batch = 64;              // anchors per step
+  int anchors_per_seq = 32;    // at most this many anchors from one sequence per step
   double lr = 6e-4;            // peak learning rate
   double warmup = 0.04;        // fraction of steps with linear warmup
   double weight_decay = 0.0;   // AdamW decoupled weight decay
