@@ -11,7 +11,7 @@ using namespace dspark::train;
 
 TrainDataset data_of(std::vector<std::pair<std::vector<TokenId>, std::vector<uint8_t>>> seqs) {
   TrainDataset d;
-  d.target_id = "t";
+  d.target_id = std::string("target");
   for (auto& [t, m] : seqs) {
     TrainSequence s;
     s.tokens = t;

@@ -663,6 +663,34 @@ TEST(SpecVerify, ResidualIsNormalizedPositivePart) {
   EXPECT_NEAR(r2.probs[1], 0.05 / 0.35, 1e-6);
 }
 
+TEST(SpecVerify, NonFiniteDraftDistributionIsRejectedAndResampledFromTarget) {
+  // A drafter with NaN weights yields NaN draft probabilities. Its token must
+  // never be accepted (min(1, p / NaN) would otherwise read as 1), and the
+  // correction must come from p itself.
+  Distribution p;
+  p.ids = {3, 5, 9};
+  p.probs = {0.5f, 0.3f, 0.2f};
+  for (float bad : {std::nanf(""), INFINITY, -0.25f}) {
+    Distribution q;
+    q.ids = {5, 3};
+    q.probs = {bad, 0.4f};
+    EXPECT_EQ(accept_probability(p, q, 5), 0.0) << bad;
+    EXPECT_EQ(accept_probability(p, q, 3), 0.0) << bad;
+    EXPECT_FALSE(accept_token(p, q, 3, 0.0)) << bad;
+    const Distribution r = residual(p, q);
+    EXPECT_EQ(r.ids, p.ids) << bad;
+    EXPECT_EQ(r.probs, p.probs) << bad;
+  }
+  Distribution empty;
+  EXPECT_EQ(accept_probability(p, empty, 3), 0.0);
+  // A usable q is unaffected.
+  Distribution q;
+  q.ids = {5, 3};
+  q.probs = {0.6f, 0.4f};
+  EXPECT_DOUBLE_EQ(accept_probability(p, q, 5), static_cast<double>(0.3f) / static_cast<double>(0.6f));
+  EXPECT_DOUBLE_EQ(accept_probability(p, q, 3), 1.0);
+}
+
 TEST(SpecVerify, ResidualFallsBackToTargetWhenMassVanishes) {
   const Distribution p = dist({{1, 0.5}, {2, 0.3}, {3, 0.2}});
   for (const Distribution& q : {p, dist({{1, 0.5 + 1e-12}, {2, 0.3}, {3, 0.2 - 1e-12}})}) {

@@ -59,12 +59,12 @@ class BenchCommand : public Command {
     drafter_.add(*app_);
     app_->add_option("--prompts", prompts_, "JSONL file with 'id' and 'prompt'")->required();
     app_->add_option("-n,--n-predict", n_predict_, "tokens per prompt")
-        ->check(CLI::PositiveNumber)
+        ->check(positive_integer())
         ->capture_default_str();
+    sampling_.temperature = 0.f;  // greedy unless --temp says otherwise
     add_sampling_options(*app_, sampling_);
-    sampling_.temperature = 0.f;
     app_->add_option("--runs", runs_, "repetitions (medians reported)")->check(CLI::Range(1, 100));
-    app_->add_option("--limit", limit_, "use only the first N prompts")->check(CLI::NonNegativeNumber);
+    app_->add_option("--limit", limit_, "use only the first N prompts")->check(non_negative_integer());
     app_->add_flag("--raw", raw_, "do not apply the chat template");
     app_->add_flag("--json", json_, "print one JSON object");
   }

@@ -66,11 +66,11 @@ class CalibrateCommand : public Command {
         ->required();
     app_->add_option("--prompts", prompts_, "JSONL file with a string 'prompt' per line")->required();
     app_->add_option("-n,--n-predict", n_predict_, "tokens generated per prompt")
-        ->check(CLI::PositiveNumber)
+        ->check(positive_integer())
         ->capture_default_str();
-    app_->add_option("--limit", limit_, "use only the first K prompts (0 = all)")->check(CLI::NonNegativeNumber);
+    app_->add_option("--limit", limit_, "use only the first K prompts (0 = all)")->check(non_negative_integer());
+    sampling_.temperature = 0.f;  // greedy unless --temp says otherwise
     add_sampling_options(*app_, sampling_);
-    sampling_.temperature = 0.f;
     app_->add_option("--target-precision", target_, "acceptance precision the thresholds must reach")
         ->check(CLI::Range(0.0, 1.0))
         ->capture_default_str();
@@ -91,6 +91,12 @@ class CalibrateCommand : public Command {
     if (dir == "auto") {
       dir = shipped_drafter_dir(model_.model);
       if (dir.empty()) throw Error("no drafter is shipped for model '" + model_.model + "'; pass --drafter DIR");
+    }
+    if (!plot_.empty()) {
+      const std::string ext = fs::path(plot_).extension().string();
+      if (ext != ".png" && ext != ".svg")
+        throw InvalidArgument("--plot " + plot_ + ": expected a .png or .svg file name, got '" + ext + "'");
+      prepare_output_file(plot_, "--plot");
     }
     LoadedModel m = LoadedModel::load(model_.model);
     Drafter d = load_drafter(dir);
@@ -122,6 +128,7 @@ class CalibrateCommand : public Command {
     const StsReport rep = calibrate_sts(rounds, gamma, target_, so);
     print_table(rep);
 
+    if (dry_run_) std::printf("dry run: %s not modified\n", (fs::path(dir) / "dspark.json").c_str());
     if (!dry_run_) {
       nlohmann::json j = read_drafter_json(dir);
       const std::string path = (fs::path(dir) / "dspark.json").string();

@@ -2,13 +2,56 @@
 
 #include <ATen/Parallel.h>
 
+#include <filesystem>
+
+#include "dspark/error.hpp"
+
 namespace dspark::cli {
+
+namespace {
+
+CLI::Validator integer_at_least(int64_t lo, const std::string& what) {
+  return CLI::Validator(
+      [lo, what](std::string& v) -> std::string {
+        const std::string err = "expected " + what + ", got '" + v + "'";
+        if (v.empty() || v.find_first_not_of("+-0123456789") != std::string::npos) return err;
+        try {
+          size_t used = 0;
+          const long long x = std::stoll(v, &used);
+          if (used != v.size() || x < lo) return err;
+        } catch (const std::exception&) {
+          return err;
+        }
+        return "";
+      },
+      what);
+}
+
+}  // namespace
+
+void prepare_output_file(const std::string& path, const std::string& option) {
+  namespace fs = std::filesystem;
+  const fs::path p(path);
+  std::error_code ec;
+  if (fs::is_directory(p, ec))
+    throw Error(option + " " + path + ": is a directory, expected a file path");
+  const fs::path parent = p.parent_path();
+  if (!parent.empty() && !fs::is_directory(parent, ec)) {
+    fs::create_directories(parent, ec);
+    if (ec || !fs::is_directory(parent))
+      throw Error(option + " " + path + ": cannot create directory " + parent.string() +
+                  (ec ? " (" + ec.message() + ")" : std::string()));
+  }
+}
+
+CLI::Validator positive_integer() { return integer_at_least(1, "a positive integer"); }
+CLI::Validator non_negative_integer() { return integer_at_least(0, "a non-negative integer"); }
 
 void ModelOptions::add(CLI::App& app) {
   app.add_option("-m,--model", model, "GGUF model file or alias (smollm2)")->capture_default_str();
   app.add_option("-t,--threads", threads, "CPU threads")->check(CLI::Range(1, 256))->capture_default_str();
   app.add_option("-c,--ctx-size", ctx_size, "context length in tokens (0 = the model's)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_integer());
 }
 
 void ModelOptions::apply_threads() const { at::set_num_threads(threads); }

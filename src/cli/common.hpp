@@ -22,6 +22,17 @@ struct ModelOptions {
   void apply_threads() const;
 };
 
+/// Option validators for integer counts: accept only a whole decimal number
+/// (no sign for positive_integer) that fits int64, and otherwise fail with
+/// "expected a positive integer, got '...'" (resp. non-negative).
+CLI::Validator positive_integer();
+CLI::Validator non_negative_integer();
+
+/// Checks, before any long work, that `path` can be written as a file:
+/// not a directory, its parent directories creatable (they are created).
+/// Throws dspark::Error naming `option` and the path.
+void prepare_output_file(const std::string& path, const std::string& option);
+
 /// --temp --top-k --top-p --min-p --seed.
 void add_sampling_options(CLI::App& app, SamplingParams& p);
 

@@ -23,7 +23,7 @@ class DraftVocabCommand : public Command {
     app_->add_option("--data", data_, "data set directory (dspark regen --out)")->required();
     app_->add_option("--drafter", drafter_, "drafter directory to update")->required();
     app_->add_option("-n,--size", size_, "draft vocabulary size in tokens (0: remove it, use the whole vocabulary)")
-        ->check(CLI::NonNegativeNumber)
+        ->check(non_negative_integer())
         ->capture_default_str();
     app_->add_flag("--dry-run", dry_run_, "report only; do not modify dspark.json");
   }

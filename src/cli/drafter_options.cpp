@@ -9,7 +9,7 @@
 
 namespace dspark::cli {
 
-void DrafterOptions::add(CLI::App& app) {
+void DrafterOptions::add(CLI::App& app, bool with_schedule) {
   app.add_option("--drafter", drafter,
                  "drafter directory, 'none' for plain decoding, or 'auto' (the drafter shipped for "
                  "the model, if any)")
@@ -21,6 +21,7 @@ void DrafterOptions::add(CLI::App& app) {
   app.add_option("--thresholds", thresholds,
                  "per-position confidence thresholds a,b,... ('none' disables calibration thresholds)");
   app.add_flag("--no-prune", no_prune, "verify every drafted token (no confidence pruning)");
+  if (!with_schedule) return;
   app.add_option("--schedule", schedule,
                  "verify length: off (all drafted tokens), thresholds (confidence pruning), sps "
                  "(hardware-aware scheduler on the SPS profile)")
@@ -71,6 +72,8 @@ SpecOptions DrafterOptions::spec() const {
   if (thresholds == "none") {
     s.thresholds = std::vector<double>{};
   } else if (!thresholds.empty()) {
+    if (thresholds.back() == ',')
+      throw InvalidArgument("--thresholds: expected numbers in [0, 1] separated by commas, got a trailing comma");
     std::vector<double> v;
     std::stringstream ss(thresholds);
     std::string item;
@@ -78,7 +81,7 @@ SpecOptions DrafterOptions::spec() const {
       try {
         size_t used = 0;
         const double x = std::stod(item, &used);
-        if (used != item.size() || x < 0 || x > 1) throw std::invalid_argument(item);
+        if (used != item.size() || !(x >= 0 && x <= 1)) throw std::invalid_argument(item);
         v.push_back(x);
       } catch (const std::exception&) {
         throw InvalidArgument("--thresholds: expected numbers in [0, 1] separated by commas, got '" +

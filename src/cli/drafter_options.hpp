@@ -23,7 +23,9 @@ struct DrafterOptions {
   std::string schedule = "thresholds";
   std::string profile;
 
-  void add(CLI::App& app);
+  /// Registers the options; with_schedule = false leaves out --schedule and
+  /// --profile (the server schedules with its own --sps option).
+  void add(CLI::App& app, bool with_schedule = true);
   /// Loads and binds the drafter for `target` (nullptr when none/auto finds nothing).
   /// `model_arg` is the -m value (used by "auto"). Throws Error / FormatError.
   /// Records the target id for the default SPS profile path of spec().

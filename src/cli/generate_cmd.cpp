@@ -14,7 +14,7 @@ GenerateCommand::GenerateCommand(CLI::App& parent) {
   model_.add(*app_);
   app_->add_option("-p,--prompt", prompt_, "prompt text")->required();
   app_->add_option("-n,--n-predict", n_predict_, "maximum tokens to generate")
-      ->check(CLI::PositiveNumber)
+      ->check(positive_integer())
       ->capture_default_str();
   add_sampling_options(*app_, sampling_);
   drafter_.add(*app_);

@@ -1,7 +1,9 @@
 // `dspark init-drafter`: writes a randomly initialized drafter for a target.
+#include <filesystem>
 #include <iostream>
 
 #include "common.hpp"
+#include "dspark/error.hpp"
 #include "dspark/model/target.hpp"
 #include "dspark/spec/checkpoint.hpp"
 
@@ -23,10 +25,14 @@ class InitDrafterCommand : public Command {
                      "embedding row used as MASK (-1: a learned mask embedding)")
         ->capture_default_str();
     app_->add_option("--seed", seed_, "initialization seed")->capture_default_str();
+    app_->add_flag("--force", force_, "replace a drafter already in --out");
   }
   CLI::App* app() const { return app_; }
 
   int run() override {
+    namespace fs = std::filesystem;
+    if (!force_ && fs::exists(fs::path(out_) / "dspark.json"))
+      throw Error(out_ + ": already holds a drafter (dspark.json); pass --force to replace it");
     model_.apply_threads();
     auto target = load_target(model_.model);
     cfg_.seq_head = parse_seq_head(head_);
@@ -44,6 +50,7 @@ class InitDrafterCommand : public Command {
   DrafterConfig cfg_;
   std::string out_, head_ = "markov";
   uint64_t seed_ = 0;
+  bool force_ = false;
 };
 
 std::unique_ptr<Command> make_init_drafter(CLI::App& app, CLI::App*& sub) {

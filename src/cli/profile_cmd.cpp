@@ -34,6 +34,7 @@ class ProfileCommand : public Command {
     model_.apply_threads();
     auto target = load_target(model_.model);
     const std::string path = out_.empty() ? default_profile_path(target->info().id) : out_;
+    prepare_output_file(path, "--out");
     std::printf("%6s %12s %12s\n", "B", "steps/s", "ms/step");
     const SpsProfile p = measure_sps(*target, o_, [](int b, double sps) {
       std::printf("%6d %12.2f %12.3f\n", b, sps, 1e3 / sps);

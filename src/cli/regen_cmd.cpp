@@ -45,22 +45,22 @@ class RegenCommand : public Command {
     app_->add_option("--prompts", prompts_, "JSONL file with 'id', 'prompt' (and 'kind')")->required();
     app_->add_option("--out", out_, "output directory (resumed when it exists)")->required();
     app_->add_option("-n,--n-predict", opts_.n_predict, "maximum response tokens")
-        ->check(CLI::PositiveNumber)
+        ->check(positive_integer())
         ->capture_default_str();
     app_->add_option("--batch", opts_.batch, "sequences decoded together per target call")
         ->check(CLI::Range(1, 1024))
         ->capture_default_str();
     app_->add_option("--limit", opts_.limit, "use only the first N prompts (0 = all)")
-        ->check(CLI::NonNegativeNumber);
+        ->check(non_negative_integer());
     app_->add_option("--shard-size", opts_.shard_sequences, "sequences per shard")
-        ->check(CLI::PositiveNumber)
+        ->check(positive_integer())
         ->capture_default_str();
     app_->add_option("--min-supervised", opts_.min_supervised,
                      "drop responses with fewer tokens than this")
-        ->check(CLI::NonNegativeNumber)
+        ->check(non_negative_integer())
         ->capture_default_str();
     app_->add_option("--log-every", log_every_, "without a terminal: one progress line every N shards")
-        ->check(CLI::PositiveNumber)
+        ->check(positive_integer())
         ->capture_default_str();
     app_->add_flag("--save-text", opts_.save_text, "also store decoded responses in shard metadata");
     app_->add_flag("--raw", raw_, "do not apply the chat template");

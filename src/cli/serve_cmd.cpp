@@ -24,7 +24,7 @@ class ServeCommand : public Command {
   explicit ServeCommand(CLI::App& parent) {
     app_ = parent.add_subcommand("serve", "serve the model over an OpenAI-compatible HTTP API");
     model_.add(*app_);
-    drafter_.add(*app_);
+    drafter_.add(*app_, /*with_schedule=*/false);
     app_->add_option("--host", host_, "address to listen on")->capture_default_str();
     app_->add_option("--port", port_, "port to listen on (0: any free port)")
         ->check(CLI::Range(0, 65535))
@@ -33,7 +33,7 @@ class ServeCommand : public Command {
         ->check(CLI::Range(1, 1024))
         ->capture_default_str();
     app_->add_option("-n,--n-predict", n_predict_, "max_tokens for requests that set none")
-        ->check(CLI::PositiveNumber)
+        ->check(positive_integer())
         ->capture_default_str();
     app_->add_option("--sps", sps_,
                      "SPS profile for the prefix scheduler: 'auto' (the `dspark profile` file of the "

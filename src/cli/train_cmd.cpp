@@ -32,10 +32,10 @@ class TrainCommand : public Command {
     app_->add_option("--mask-token", c.drafter.mask_token_id,
                      "embedding row used as MASK (-1: a learned mask embedding)")
         ->capture_default_str();
-    app_->add_option("--steps", c.steps, "optimizer steps")->check(CLI::PositiveNumber)->capture_default_str();
-    app_->add_option("--batch", c.batch, "anchors per step")->check(CLI::PositiveNumber)->capture_default_str();
+    app_->add_option("--steps", c.steps, "optimizer steps")->check(positive_integer())->capture_default_str();
+    app_->add_option("--batch", c.batch, "anchors per step")->check(positive_integer())->capture_default_str();
     app_->add_option("--anchors-per-seq", c.anchors_per_seq, "most anchors drawn from one sequence per step")
-        ->check(CLI::PositiveNumber)
+        ->check(positive_integer())
         ->capture_default_str();
     app_->add_option("--lr", c.lr, "peak learning rate")->capture_default_str();
     app_->add_option("--warmup", c.warmup, "fraction of steps of linear warmup")->capture_default_str();
@@ -50,7 +50,7 @@ class TrainCommand : public Command {
         ->capture_default_str();
     app_->add_option("--eval-every", c.eval_every, "evaluation period in steps (0: at the end only)")
         ->capture_default_str();
-    app_->add_option("--log-every", c.log_every, "log period in steps")->check(CLI::PositiveNumber)->capture_default_str();
+    app_->add_option("--log-every", c.log_every, "log period in steps")->check(positive_integer())->capture_default_str();
     app_->add_option("--seed", c.seed, "seed of init, data order and anchors")->capture_default_str();
     app_->add_option("--eval-fraction", c.eval_fraction, "share of sequences held out")->capture_default_str();
     app_->add_option("--eval-sequences", c.eval_max_sequences, "most held-out sequences")->capture_default_str();
@@ -63,7 +63,7 @@ class TrainCommand : public Command {
     app_->add_option("--draft-vocab", draft_vocab_,
                      "give a fresh or --init drafter without one a draft vocabulary of this many of the "
                      "most frequent supervised tokens (plus the stop tokens), and train on it (0: none)")
-        ->check(CLI::NonNegativeNumber)
+        ->check(non_negative_integer())
         ->capture_default_str();
     app_->add_flag("--resume", c.resume, "continue from OUT/checkpoints/latest.json");
     app_->add_flag("-q,--quiet", quiet_, "no progress output");

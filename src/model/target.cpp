@@ -57,6 +57,9 @@ ForwardOut TargetModel::forward_one(KVCache& cache, std::span<const TokenId> tok
 
 KVCache TargetModel::new_cache(int64_t max_tokens) const {
   const auto& i = info();
+  if (i.context > 0 && max_tokens > i.context)
+    throw InvalidArgument("context length " + std::to_string(max_tokens) + " tokens (-c) exceeds the model's " +
+                          std::to_string(i.context) + "-token context");
   return KVCache(i.n_layers, i.n_kv_heads, i.head_dim, max_tokens > 0 ? max_tokens : i.context);
 }
 

@@ -96,6 +96,7 @@ struct Server::Impl {
 
   Impl(const LoadedModel& m, Engine& e, ServerOptions o) : model(m), engine(e), opts(std::move(o)) {
     ctx = opts.ctx_size > 0 ? opts.ctx_size : m.target->info().context;
+    m.target->new_cache(ctx);  // refuses a context beyond the model's before serving
     const int threads = opts.http_threads > 0 ? opts.http_threads : 4 * engine.load().parallel + 16;
     http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
     http.set_keep_alive_timeout(2);

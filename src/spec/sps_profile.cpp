@@ -176,7 +176,7 @@ void save_sps_profile(const std::string& path, const SpsProfile& p) {
 
 SpsProfile load_sps_profile(const std::string& path) {
   if (!fs::exists(path))
-    throw Error(path + ": no SPS profile; run `dspark profile -m MODEL` first (or pass --profile FILE)");
+    throw Error(path + ": no SPS profile; run `dspark profile -m MODEL` first (or name a profile file: --profile FILE, or --sps FILE for dspark serve)");
   std::ifstream in(path);
   if (!in) throw Error(path + ": cannot open SPS profile");
   nlohmann::json j;

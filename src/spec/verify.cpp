@@ -30,7 +30,24 @@ int prune_length(const std::vector<float>& conf_logits, const std::vector<double
   return n;
 }
 
+namespace {
+
+// A draft distribution is usable only when every probability is a finite
+// non-negative number. A drafter with diverged weights yields NaN logits and
+// so NaN probabilities; its token was then not drawn from any distribution
+// the acceptance rule can reason about, so it is rejected and the
+// correction is drawn from p itself (see residual), which keeps the output
+// distributed exactly as p.
+bool usable(const Distribution& q) {
+  for (float v : q.probs)
+    if (!(v >= 0.f) || !std::isfinite(v)) return false;
+  return !q.probs.empty();
+}
+
+}  // namespace
+
 double accept_probability(const Distribution& p, const Distribution& q, TokenId x) {
+  if (!usable(q)) return 0.0;
   const double px = p.prob(x);
   const double qx = std::max(static_cast<double>(q.prob(x)), 1e-8);
   return std::min(1.0, px / qx);
@@ -41,6 +58,7 @@ bool accept_token(const Distribution& p, const Distribution& q, TokenId x, doubl
 }
 
 Distribution residual(const Distribution& p, const Distribution& q) {
+  if (!usable(q)) return p;
   std::map<TokenId, double> r;
   double mass = 0.0;
   for (size_t i = 0; i < p.ids.size(); ++i) {

@@ -70,7 +70,8 @@ int prune_length(const std::vector<float>& conf_logits, const std::vector<double
                  const std::vector<double>& temperatures);
 
 /// Probability of accepting draft token `x` drawn from q:
-/// min(1, p(x) / max(q(x), 1e-8)).
+/// min(1, p(x) / max(q(x), 1e-8)); 0 when q holds a non-finite or negative
+/// probability (a diverged drafter), so that such a draft is always rejected.
 double accept_probability(const Distribution& p, const Distribution& q, TokenId x);
 
 /// Speculative-sampling verification of one draft token: accept when
@@ -78,7 +79,8 @@ double accept_probability(const Distribution& p, const Distribution& q, TokenId 
 bool accept_token(const Distribution& p, const Distribution& q, TokenId x, double u);
 
 /// The residual distribution norm(max(0, p - q)); falls back to p when the
-/// residual mass is below 1e-9.
+/// residual mass is below 1e-9 or q is unusable (see accept_probability), so
+/// the emitted token is always distributed as p.
 Distribution residual(const Distribution& p, const Distribution& q);
 
 }  // namespace dspark
