@@ -98,6 +98,29 @@ TEST(Scheduler, NonAnticipationStopsAtFirstNonImprovingCandidate) {
   ASSERT_GT(theta_of(two, {6, 1}, sps2), r2.theta);  // 5.55 · 0.6 = 3.33: the trap is real
 }
 
+TEST(Scheduler, AnyDraftCanPayMatchesTheFirstCandidateRule) {
+  // Flat curve: one more token is free, so a draft always can pay.
+  const std::vector<double> flat(16, 100.0);
+  for (int64_t R = 1; R <= 8; ++R) EXPECT_TRUE(any_draft_can_pay(R, flat)) << R;
+  // SPS(B) = 100 / B: (R + 1) · 100/(R + 1) = 100 = R · 100/R, never a gain.
+  std::vector<double> inverse;
+  for (int b = 1; b <= 16; ++b) inverse.push_back(100.0 / b);
+  for (int64_t R = 1; R <= 8; ++R) EXPECT_FALSE(any_draft_can_pay(R, inverse)) << R;
+  // This machine's measured shape (steps/s at B = 1..9): drafting pays at
+  // low load and not at 8 requests: 9 · 43.1 = 387.9 < 8 · 51.1 = 408.8.
+  const std::vector<double> measured = {108.2, 84.2, 78.3, 72.2, 59.7, 56.4, 53.4, 51.1, 43.1};
+  EXPECT_TRUE(any_draft_can_pay(1, measured));   // 2 · 84.2 > 108.2
+  EXPECT_TRUE(any_draft_can_pay(2, measured));   // 3 · 78.3 > 2 · 84.2
+  EXPECT_FALSE(any_draft_can_pay(8, measured));
+  EXPECT_FALSE(any_draft_can_pay(0, measured));
+  // Consistent with schedule_prefixes: when it says false, a perfect draft
+  // (survival 1 everywhere) is still not admitted.
+  const std::vector<std::vector<double>> perfect(8, std::vector<double>(4, 1.0));
+  const ScheduleResult r = schedule_prefixes(perfect, measured);
+  for (int l : r.lengths) EXPECT_EQ(l, 0);
+  EXPECT_THROW(any_draft_can_pay(2, {}), InvalidArgument);
+}
+
 TEST(Scheduler, TiesTakeSmallerPositionThenSmallerRequest) {
   // Three tied candidates (0,1), (1,1), (0,2); the curve admits exactly two.
   const std::vector<std::vector<double>> a = {{0.5, 0.5}, {0.5}};

@@ -192,13 +192,30 @@ void Engine::run() {
 }
 
 void Engine::step(std::vector<std::unique_ptr<Slot>>& active) {
+  // Under the scheduler, drafting only pays when the first candidate could
+  // raise Θ for this step's decoding requests (prefill tokens shift the
+  // curve); otherwise the scheduler would verify no draft at all, so the
+  // drafter is skipped and the step is plain decoding for everyone.
+  bool draft = true;
+  if (drafter_ && !opts_.sps.empty()) {
+    int64_t decoding = 0, prefill = 0;
+    for (auto& s : active) {
+      if (s->session->finished() || s->failed || s->req->cancel_requested()) continue;
+      if (s->prefilled) ++decoding;
+      else prefill += s->prompt_len;
+    }
+    std::vector<double> curve;
+    for (int64_t b = 1; b <= decoding + 1; ++b) curve.push_back(sps_at(opts_.sps, b + prefill));
+    draft = decoding > 0 && any_draft_can_pay(decoding, curve);
+  }
   std::vector<Slot*> batch;
   for (auto& s : active) {
     SpecSession& ss = *s->session;
     if (s->req->cancel_requested()) ss.cancel();
     if (ss.finished() || s->failed) continue;
     try {
-      ss.draft();
+      if (draft) ss.draft();
+      else ss.skip_draft();
       batch.push_back(s.get());
     } catch (const std::exception& e) {
       fail(*s, e.what());

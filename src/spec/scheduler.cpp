@@ -52,6 +52,13 @@ double sps_at(const std::vector<double>& sps, int64_t b) {
   return lookup(sps, b);
 }
 
+bool any_draft_can_pay(int64_t R, const std::vector<double>& sps) {
+  check_curve(sps);
+  if (R <= 0) return false;
+  const double r = static_cast<double>(R);
+  return (r + 1.0) * lookup(sps, R + 1) > r * lookup(sps, R);
+}
+
 ScheduleResult schedule_prefixes(const std::vector<std::vector<double>>& survival,
                                  const std::vector<double>& sps) {
   check_curve(sps);

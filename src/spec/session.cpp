@@ -141,6 +141,12 @@ void SpecSession::draft() {
   }
 }
 
+void SpecSession::skip_draft() {
+  Impl& s = *impl_;
+  s.dr = Draft{};
+  s.ell = 0;
+}
+
 ForwardSeq SpecSession::forward_input() {
   Impl& s = *impl_;
   if (s.done) throw InvalidArgument("forward_input: the session has finished");

@@ -67,6 +67,15 @@ struct ScheduleResult {
 ScheduleResult schedule_prefixes(const std::vector<std::vector<double>>& survival,
                                  const std::vector<double>& sps);
 
+/// Whether schedule_prefixes could admit any candidate for R requests on
+/// `sps`, whatever their survivals: the first candidate it weighs has the
+/// highest survival a <= 1, and the early stop rejects it (and so every
+/// candidate) unless (R + a)·SPS(R + 1) > R·SPS(R); with a = 1 that is the
+/// most any draft could offer. False means drafting this step is wasted work
+/// (the server then skips the drafter). R <= 0 gives false. Throws
+/// InvalidArgument for an invalid curve.
+bool any_draft_can_pay(int64_t R, const std::vector<double>& sps);
+
 /// Algorithm 1 with R = 1: the verify length ℓ in [0, survival.size()] for
 /// one request (schedule_prefixes({survival}, sps).lengths[0]). Equivalent to
 /// a threshold rule: position j (1-based) is admitted iff every position

@@ -38,6 +38,9 @@ class SpecSession {
   /// Runs the drafter for the coming round (no-op before prefill, for plain
   /// decoding, or when the token budget leaves no room to draft).
   void draft();
+  /// Prepares a round without drafting: the next target call verifies the
+  /// anchor only (a plain decoding step). Used when drafting cannot pay.
+  void skip_draft();
   /// Raw confidence logits z_k of the current draft ([g], empty when none).
   const std::vector<float>& conf_logits() const;
   /// Verify length after confidence pruning (0: verify the anchor only).
