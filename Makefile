@@ -15,11 +15,13 @@ $(BUILD_DIR)/build.ninja:
 build: setup $(BUILD_DIR)/build.ninja
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
+# Per-test time limits: 20 minutes for the default slice; the exhaustive sweeps
+# (e.g. 20,000-sample chi-square tests, about 25 minutes each) get 90.
 test: build
-	cd $(BUILD_DIR) && ctest --output-on-failure -j 1
+	cd $(BUILD_DIR) && ctest --output-on-failure -j 1 --timeout 1200
 
 test-full: build
-	cd $(BUILD_DIR) && DSPARK_TEST_FULL=1 ctest --output-on-failure -j 1
+	cd $(BUILD_DIR) && DSPARK_TEST_FULL=1 ctest --output-on-failure -j 1 --timeout 5400
 
 demo: build
 	$(DSPARK) generate -m smollm2 --chat -n 96 --temp 0 \
