@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc)
 DSPARK := $(BUILD_DIR)/dspark
 PROMPTS ?= $(firstword $(wildcard ../shared/data/dev-prompts.jsonl) data/dev-prompts.jsonl)
 
-.PHONY: setup build test test-full demo bench clean
+.PHONY: setup build cli test test-full demo bench clean
 
 setup:
 	@scripts/setup.sh
@@ -15,6 +15,10 @@ $(BUILD_DIR)/build.ninja:
 build: setup $(BUILD_DIR)/build.ninja
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
+# The `dspark` command only (the test suite is built by `build`).
+cli: setup $(BUILD_DIR)/build.ninja
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target dspark
+
 # Per-test time limits: 20 minutes for the default slice; the exhaustive sweeps
 # (e.g. 20,000-sample chi-square tests, about 25 minutes each) get 90.
 test: build
@@ -23,14 +27,14 @@ test: build
 test-full: build
 	cd $(BUILD_DIR) && DSPARK_TEST_FULL=1 ctest --output-on-failure -j 1 --timeout 5400
 
-demo: build
+demo: cli
 	$(DSPARK) generate -m smollm2 --chat -n 96 --temp 0 \
 	  -p "Explain in three sentences why the sky is blue."
 
 # Plain vs speculative decoding (and llama.cpp on the same GGUF when its
 # oracle is installed: cd scripts/oracle && npm install).
 BENCH_RUNS ?= 3
-bench: build
+bench: cli
 	$(DSPARK) bench -m smollm2 --prompts $(PROMPTS) -n 128 --temp 0 --runs $(BENCH_RUNS)
 	@if [ -d scripts/oracle/node_modules ]; then \
 	  echo "llama.cpp (node-llama-cpp) on the same GGUF and prompts:"; \
