@@ -10,38 +10,12 @@
 #include "common.hpp"
 #include "drafter_options.hpp"
 #include "dspark/error.hpp"
+#include "dspark/train/regen.hpp"
 #include "dspark/model/loaded_model.hpp"
 
 namespace dspark::cli {
 
 namespace {
-
-struct Prompt {
-  std::string id, text;
-};
-
-std::vector<Prompt> read_prompts(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw Error(path + ": cannot open prompts file");
-  std::vector<Prompt> out;
-  std::string line;
-  int n = 0;
-  while (std::getline(in, line)) {
-    ++n;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::exception&) {
-      throw FormatError(path + ":" + std::to_string(n) + ": not valid JSON");
-    }
-    if (!j.is_object() || !j.contains("prompt") || !j["prompt"].is_string())
-      throw FormatError(path + ":" + std::to_string(n) + ": expected an object with a string 'prompt'");
-    out.push_back({j.value("id", "line-" + std::to_string(n)), j["prompt"].get<std::string>()});
-  }
-  if (out.empty()) throw FormatError(path + ": no prompts");
-  return out;
-}
 
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -75,7 +49,7 @@ class BenchCommand : public Command {
     model_.apply_threads();
     LoadedModel m = LoadedModel::load(model_.model);
     auto drafter = drafter_.load(model_.model, *m.target);
-    auto prompts = read_prompts(prompts_);
+    auto prompts = train::read_prompts_jsonl(prompts_);
     if (limit_ > 0 && static_cast<size_t>(limit_) < prompts.size()) prompts.resize(limit_);
     const SpecOptions spec = drafter_.spec();
 

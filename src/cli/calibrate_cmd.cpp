@@ -18,33 +18,11 @@
 #include "dspark/model/loaded_model.hpp"
 #include "dspark/spec/calibration.hpp"
 #include "dspark/spec/checkpoint.hpp"
+#include "dspark/train/regen.hpp"
 
 namespace dspark::cli {
 
 namespace {
-
-std::vector<std::string> read_prompt_texts(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw Error(path + ": cannot open prompts file");
-  std::vector<std::string> out;
-  std::string line;
-  int n = 0;
-  while (std::getline(in, line)) {
-    ++n;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::exception&) {
-      throw FormatError(path + ":" + std::to_string(n) + ": not valid JSON");
-    }
-    if (!j.is_object() || !j.contains("prompt") || !j["prompt"].is_string())
-      throw FormatError(path + ":" + std::to_string(n) + ": expected an object with a string 'prompt'");
-    out.push_back(j["prompt"].get<std::string>());
-  }
-  if (out.empty()) throw FormatError(path + ": no prompts");
-  return out;
-}
 
 std::string fmt(double x, const char* f = "%.3f") {
   if (!std::isfinite(x)) return "-";
@@ -104,7 +82,7 @@ class CalibrateCommand : public Command {
     d.bind(*m.target);
     const int gamma = d.config().gamma;
 
-    auto prompts = read_prompt_texts(prompts_);
+    auto prompts = train::read_prompts_jsonl(prompts_);
     if (limit_ > 0 && static_cast<size_t>(limit_) < prompts.size()) prompts.resize(limit_);
 
     GenerateOptions opts;
@@ -118,7 +96,7 @@ class CalibrateCommand : public Command {
     spec.on_round = collect_rounds(rounds);
     const bool tty = isatty(fileno(stderr));
     for (size_t i = 0; i < prompts.size(); ++i) {
-      generate_speculative(*m.target, d, m.encode_prompt(prompts[i], !raw_), opts, spec);
+      generate_speculative(*m.target, d, m.encode_prompt(prompts[i].text, !raw_), opts, spec);
       if (tty) std::fprintf(stderr, "\rprompt %zu/%zu, %zu rounds", i + 1, prompts.size(), rounds.size());
     }
     if (tty) std::fprintf(stderr, "\r%60s\r", "");
