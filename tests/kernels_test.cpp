@@ -179,7 +179,7 @@ TEST(KernelsLinear, BatchInvariantBitwise) {
   }
   for (int threads : {1, 2}) {
     ThreadCount tc(threads);
-    for (int64_t B : {1, 2, 3, 4, 5, 8, 13}) {
+    for (int64_t B : {1, 2, 3, 4, 5, 8, 9, 10, 11, 13}) {
       for (int64_t start = 0; start + B <= Nmax; start += (B == 13 ? 1 : 1 + B / 2)) {
         SCOPED_TRACE("threads=" + std::to_string(threads) + " B=" + std::to_string(B) +
                      " start=" + std::to_string(start));

@@ -2,9 +2,6 @@
 // (bad option, bad file, bad prompt), 1 internal error.
 #include <CLI/CLI.hpp>
 
-#include <unistd.h>
-
-#include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <vector>
@@ -23,25 +20,7 @@ std::unique_ptr<Command> make_profile(CLI::App& app, CLI::App*& sub);
 std::unique_ptr<Command> make_draft_vocab(CLI::App& app, CLI::App*& sub);
 }  // namespace dspark::cli
 
-namespace {
-
-// The OpenMP runtime under ATen reads OMP_WAIT_POLICY once, when it is
-// loaded, before main runs. Its default lets idle worker threads spin, which
-// on a machine with few cores (or one shared with other work) steals the
-// cores the working threads need: measured 5x slower training steps on 2
-// busy cores. When the user has not chosen a policy, choose PASSIVE and
-// restart this process image so the runtime sees it.
-void ensure_passive_openmp_wait(char** argv) {
-  if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;
-  if (setenv("OMP_WAIT_POLICY", "PASSIVE", 1) != 0) return;
-  execv("/proc/self/exe", argv);
-  // execv returned: keep going with the default policy.
-}
-
-}  // namespace
-
 int main(int argc, char** argv) {
-  ensure_passive_openmp_wait(argv);
   CLI::App app{"dspark: DSpark speculative decoding engine"};
   app.set_version_flag("--version", std::string("dspark ") + DSPARK_VERSION);
   app.require_subcommand(1);
