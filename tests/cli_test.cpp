@@ -167,6 +167,18 @@ TEST_F(Cli, InvalidSamplingParameters) {
   expect_one_line_error(run_dspark("generate -m smollm2 -p hi --min-p 1.5", tmp), "min_p");
 }
 
+TEST_F(Cli, InvalidThresholdsWithoutDrafter) {
+  expect_one_line_error(run_dspark("generate -m smollm2 -p hi -n 2 --drafter none --thresholds 0.5,abc", tmp),
+                        "--thresholds: expected numbers in [0, 1]");
+}
+
+TEST_F(Cli, OneTokenHasNoDecodeRate) {
+  // The only token comes from the prefill call: there is no decode rate to report.
+  auto r = run_dspark("generate -m smollm2 -p hi -n 1 --drafter none", tmp);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find("decode: 1 token, - tok/s"), std::string::npos) << r.err;
+}
+
 TEST_F(Cli, BadOptionValue) {
   auto r = run_dspark("generate -m smollm2 -p hi -n notanumber", tmp);
   EXPECT_EQ(r.status, 2);

@@ -9,6 +9,20 @@
 
 namespace dspark::cli {
 
+namespace {
+
+std::string count(int64_t n, const char* noun) {
+  return std::to_string(n) + " " + noun + (n == 1 ? "" : "s");
+}
+
+std::string fixed1(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f", x);
+  return buf;
+}
+
+}  // namespace
+
 GenerateCommand::GenerateCommand(CLI::App& parent) {
   app_ = parent.add_subcommand("generate", "generate text from a prompt");
   model_.add(*app_);
@@ -43,7 +57,8 @@ int GenerateCommand::run() {
     };
   }
   const auto drafter = drafter_.load(model_.model, *m.target);
-  GenerateResult r = drafter ? generate_speculative(*m.target, *drafter, prompt, opts, drafter_.spec())
+  const SpecOptions spec = drafter_.spec();  // validated even when no drafter runs
+  GenerateResult r = drafter ? generate_speculative(*m.target, *drafter, prompt, opts, spec)
                              : generate_plain(*m.target, prompt, opts);
   const auto& s = r.stats;
   if (json_) {
@@ -56,9 +71,10 @@ int GenerateCommand::run() {
     std::fwrite(tail.data(), 1, tail.size(), stdout);
     std::fputc('\n', stdout);
     std::fflush(stdout);
-    std::fprintf(stderr, "prompt: %lld tokens, %.1f tok/s | decode: %lld tokens, %.1f tok/s",
-                 static_cast<long long>(s.prompt_tokens), s.prefill_tok_s(),
-                 static_cast<long long>(s.generated_tokens), s.decode_tok_s());
+    auto rate = [](double r) { return r > 0 ? fixed1(r) + " tok/s" : std::string("- tok/s"); };
+    std::fprintf(stderr, "prompt: %s, %s | decode: %s, %s", count(s.prompt_tokens, "token").c_str(),
+                 rate(s.prefill_tok_s()).c_str(), count(s.generated_tokens, "token").c_str(),
+                 rate(s.decode_tok_s()).c_str());
     if (s.rounds > 0)
       std::fprintf(stderr, " | tau %.2f, %lld target calls", s.tau(),
                    static_cast<long long>(s.target_calls));

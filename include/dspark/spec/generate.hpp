@@ -40,7 +40,11 @@ struct GenerateStats {
   std::vector<int64_t> accepted_by_position;  // [γ] rounds that accepted position k
 
   double prefill_tok_s() const { return prefill_s > 0 ? prompt_tokens / prefill_s : 0; }
-  double decode_tok_s() const { return decode_s > 0 ? generated_tokens / decode_s : 0; }
+  /// Tokens per second after the first (which the prefill call produces); 0
+  /// when fewer than 2 tokens were generated.
+  double decode_tok_s() const {
+    return decode_s > 0 && generated_tokens > 1 ? static_cast<double>(generated_tokens - 1) / decode_s : 0;
+  }
   /// τ: tokens emitted per target call (each round emits accepted + 1).
   double tau() const;
   /// Conditional acceptance per draft position: accepted at k / rounds that reached k.
