@@ -4,6 +4,7 @@
 // the `calibrate` / `profile` / `--schedule` commands end to end.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
@@ -121,6 +122,35 @@ TEST(Sts, CalibratedDataKeepsTemperatureOne) {
   for (double x : t) EXPECT_LT(std::abs(std::log(x)), std::log(1.2)) << x;
 }
 
+// Two groups of rounds where position 1 needs T_1 ≈ 4.9 but position 2 is
+// calibrated only at T_1 = 1: z_2 = 0, so σ(z_2 / T_2) = 0.5 for every T_2
+// and nothing can undo a change of T_1. The left-to-right fit makes position
+// 2 worse than uncalibrated; the repair pass must not.
+TEST(Sts, RepairPassNeverLeavesAPositionWorseThanRaw) {
+  std::vector<CalibrationRound> rounds;
+  auto add = [&](float z1, float z2, int n, int survive1, int survive2) {
+    for (int i = 0; i < n; ++i) rounds.push_back({{z1, z2}, i < survive2 ? 2 : i < survive1 ? 1 : 0});
+  };
+  add(2.f, 0.f, 1000, 600, 440);   // â_1 raw 0.881 (true 0.6), â_2 raw σ(2)·0.5 = 0.440 (true 0.440)
+  add(-1.f, 0.f, 1000, 200, 134);  // â_1 raw 0.269 (true 0.2), â_2 raw σ(-1)·0.5 = 0.134 (true 0.134)
+  StsOptions seq_only;
+  seq_only.repair = false;
+  const StsReport seq = calibrate_sts(rounds, 2, 0.5, seq_only);
+  EXPECT_LT(seq.ece_after[0], seq.ece_before[0] - 0.05);  // position 1 better...
+  EXPECT_GT(seq.ece_after[1], seq.ece_before[1] + 0.02);  // ...at position 2's expense
+  const StsReport rep = calibrate_sts(rounds, 2, 0.5);
+  for (int k = 0; k < 2; ++k)
+    EXPECT_LE(rep.ece_after[k], rep.ece_before[k] + 1e-9) << "position " << k + 1 << " T " << rep.temperatures[k];
+  // When the left-to-right fit already improves every position, the repair
+  // pass returns it unchanged.
+  const auto synth = synthetic_rounds({0.5, 2.0}, 20000, 3);
+  StsOptions no_repair;
+  no_repair.repair = false;
+  const StsReport a = calibrate_sts(synth, 2, 0.5, no_repair), b = calibrate_sts(synth, 2, 0.5);
+  for (int k = 0; k < 2; ++k) ASSERT_LE(a.ece_after[k], a.ece_before[k]) << k;
+  EXPECT_EQ(a.temperatures, b.temperatures);
+}
+
 TEST(Sts, UnreachedPositionsAndInvalidInput) {
   std::vector<CalibrationRound> rounds(10);
   for (auto& r : rounds) r.conf_logits = {1.f}, r.accepted = 1;
@@ -139,6 +169,36 @@ TEST(Sts, UnreachedPositionsAndInvalidInput) {
   EXPECT_TRUE(j.at("auroc")[0].is_null());
   EXPECT_TRUE(j.at("ece_after")[1].is_null());
   EXPECT_EQ(j.at("samples").get<int>(), 10);
+}
+
+TEST(Rounds, JsonlRoundTripAndErrors) {
+  const auto dir = std::filesystem::temp_directory_path() / ("dspark_rounds_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "rounds.jsonl").string();
+  const std::vector<CalibrationRound> rounds = {{{1.5f, -0.25f, 3.0f}, 2}, {{-7.0f}, 0}, {{0.125f, 2.0f}, 2}};
+  write_rounds_jsonl(path, rounds);
+  const auto back = read_rounds_jsonl(path);
+  ASSERT_EQ(back.size(), rounds.size());
+  for (size_t i = 0; i < rounds.size(); ++i) {
+    EXPECT_EQ(back[i].conf_logits, rounds[i].conf_logits) << i;  // floats survive exactly
+    EXPECT_EQ(back[i].accepted, rounds[i].accepted) << i;
+  }
+  auto expect_error = [&](const std::string& text, const std::string& needle) {
+    io::write_file_atomic(path, text);
+    try {
+      read_rounds_jsonl(path);
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  expect_error("{\"conf_logits\": [1.0], \"accepted\": 1}\nnot json\n", "rounds.jsonl:2: expected a JSON object");
+  expect_error("{\"conf_logits\": [1.0]}\n", "rounds.jsonl:1: expected {");
+  expect_error("{\"conf_logits\": [1.0, \"x\"], \"accepted\": 0}\n", "non-number");
+  expect_error("{\"conf_logits\": [1.0], \"accepted\": 2}\n", "accepted 2 outside [0, 1]");
+  expect_error("\n\n", "no rounds");
+  EXPECT_THROW(read_rounds_jsonl((dir / "missing.jsonl").string()), Error);
+  std::filesystem::remove_all(dir);
 }
 
 // ---- precision thresholds ------------------------------------------------------------------
@@ -309,11 +369,26 @@ TEST(CalibrateCli, CalibrateProfileAndSchedules) {
   const std::string weights = test::read_bytes(drafter + "/model.safetensors");
 
   r = run_dspark("calibrate -m smollm2 --drafter " + drafter + " --prompts " + prompts +
-                     " -n 12 --limit 2 --target-precision 0.5 --plot " + tmp.file("rel.png"),
+                     " -n 12 --limit 2 --target-precision 0.5 --plot " + tmp.file("rel.png") +
+                     " --save-rounds " + tmp.file("rounds.jsonl"),
                  tmp);
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("ECE pre"), std::string::npos) << r.out;
   const nlohmann::json sts = read_drafter_json(drafter).at("config").at("sts");
+  // Refitting from the recorded rounds (no decoding) gives the same calibration.
+  r = run_dspark("calibrate -m smollm2 --drafter " + drafter + " --rounds " + tmp.file("rounds.jsonl") +
+                     " --target-precision 0.5 --dry-run",
+                 tmp);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("dry run"), std::string::npos) << r.out;
+  const std::vector<CalibrationRound> recorded = read_rounds_jsonl(tmp.file("rounds.jsonl"));
+  EXPECT_EQ(static_cast<int64_t>(recorded.size()), sts.at("samples").get<int64_t>());
+  StsOptions so;
+  EXPECT_EQ(calibrate_sts(recorded, 4, 0.5, so).temperatures,
+            sts.at("temperatures").get<std::vector<double>>());
+  r = run_dspark("calibrate -m smollm2 --drafter " + drafter, tmp);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("--prompts FILE"), std::string::npos) << r.err;
   EXPECT_EQ(sts.at("temperatures").size(), 4u);
   EXPECT_EQ(sts.at("thresholds").size(), 4u);
   EXPECT_EQ(sts.at("target").get<double>(), 0.5);

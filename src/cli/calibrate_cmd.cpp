@@ -42,7 +42,12 @@ class CalibrateCommand : public Command {
     model_.add(*app_);
     app_->add_option("--drafter", drafter_, "drafter directory ('auto': the drafter shipped for the model)")
         ->required();
-    app_->add_option("--prompts", prompts_, "JSONL file with a string 'prompt' per line")->required();
+    auto* prompts = app_->add_option("--prompts", prompts_, "JSONL file with a string 'prompt' per line");
+    auto* rounds = app_->add_option("--rounds", rounds_in_,
+                                    "fit on verify rounds recorded earlier (--save-rounds) instead of decoding prompts");
+    prompts->excludes(rounds);
+    rounds->excludes(prompts);
+    app_->add_option("--save-rounds", rounds_out_, "also write the recorded verify rounds to this JSONL file");
     app_->add_option("-n,--n-predict", n_predict_, "tokens generated per prompt")
         ->check(positive_integer())
         ->capture_default_str();
@@ -76,30 +81,25 @@ class CalibrateCommand : public Command {
         throw InvalidArgument("--plot " + plot_ + ": expected a .png or .svg file name, got '" + ext + "'");
       prepare_output_file(plot_, "--plot");
     }
-    LoadedModel m = LoadedModel::load(model_.model);
-    Drafter d = load_drafter(dir);
-    check_drafter_matches(d.config(), m.target->info());
-    d.bind(*m.target);
-    const int gamma = d.config().gamma;
-
-    auto prompts = train::read_prompts_jsonl(prompts_);
-    if (limit_ > 0 && static_cast<size_t>(limit_) < prompts.size()) prompts.resize(limit_);
-
-    GenerateOptions opts;
-    opts.n_predict = n_predict_;
-    opts.ctx_size = model_.ctx_size;
-    opts.sampling = sampling_;
-    opts.stop_ids = m.stop_ids;
-    SpecOptions spec;
-    spec.prune = false;  // full γ every round
+    if (prompts_.empty() && rounds_in_.empty())
+      throw InvalidArgument("calibrate: pass --prompts FILE (decode and record rounds) or --rounds FILE");
+    if (!rounds_out_.empty()) prepare_output_file(rounds_out_, "--save-rounds");
     std::vector<CalibrationRound> rounds;
-    spec.on_round = collect_rounds(rounds);
-    const bool tty = isatty(fileno(stderr));
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      generate_speculative(*m.target, d, m.encode_prompt(prompts[i].text, !raw_), opts, spec);
-      if (tty) std::fprintf(stderr, "\rprompt %zu/%zu, %zu rounds", i + 1, prompts.size(), rounds.size());
+    int gamma = 0;
+    if (!rounds_in_.empty()) {
+      gamma = config_from_json(read_drafter_json(dir), (std::filesystem::path(dir) / "dspark.json").string()).gamma;
+      rounds = read_rounds_jsonl(rounds_in_);
+      for (const auto& r : rounds)
+        if (static_cast<int>(r.conf_logits.size()) > gamma)
+          throw FormatError(rounds_in_ + ": a round verifies " + std::to_string(r.conf_logits.size()) +
+                            " positions, more than the drafter's gamma " + std::to_string(gamma));
+    } else {
+      rounds = record_rounds(dir, gamma);
     }
-    if (tty) std::fprintf(stderr, "\r%60s\r", "");
+    if (!rounds_out_.empty()) {
+      write_rounds_jsonl(rounds_out_, rounds);
+      std::printf("wrote %zu rounds to %s\n", rounds.size(), rounds_out_.c_str());
+    }
 
     StsOptions so;
     so.bins = bins_;
@@ -134,6 +134,35 @@ class CalibrateCommand : public Command {
   }
 
  private:
+  // Real speculative decoding at full γ (no pruning) over the prompt set.
+  std::vector<CalibrationRound> record_rounds(const std::string& dir, int& gamma) const {
+    LoadedModel m = LoadedModel::load(model_.model);
+    Drafter d = load_drafter(dir);
+    check_drafter_matches(d.config(), m.target->info());
+    d.bind(*m.target);
+    gamma = d.config().gamma;
+
+    auto prompts = train::read_prompts_jsonl(prompts_);
+    if (limit_ > 0 && static_cast<size_t>(limit_) < prompts.size()) prompts.resize(limit_);
+
+    GenerateOptions opts;
+    opts.n_predict = n_predict_;
+    opts.ctx_size = model_.ctx_size;
+    opts.sampling = sampling_;
+    opts.stop_ids = m.stop_ids;
+    SpecOptions spec;
+    spec.prune = false;  // full γ every round
+    std::vector<CalibrationRound> rounds;
+    spec.on_round = collect_rounds(rounds);
+    const bool tty = isatty(fileno(stderr));
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      generate_speculative(*m.target, d, m.encode_prompt(prompts[i].text, !raw_), opts, spec);
+      if (tty) std::fprintf(stderr, "\rprompt %zu/%zu, %zu rounds", i + 1, prompts.size(), rounds.size());
+    }
+    if (tty) std::fprintf(stderr, "\r%60s\r", "");
+    return rounds;
+  }
+
   void print_table(const StsReport& r) const {
     std::printf("STS calibration: %lld rounds, gamma %d, %d ECE bins, precision target %.2f\n",
                 static_cast<long long>(r.samples), r.gamma, bins_, r.target);
@@ -151,7 +180,7 @@ class CalibrateCommand : public Command {
   CLI::App* app_;
   ModelOptions model_;
   SamplingParams sampling_;
-  std::string drafter_, prompts_, plot_;
+  std::string drafter_, prompts_, plot_, rounds_in_, rounds_out_;
   int64_t n_predict_ = 128;
   int64_t limit_ = 0;
   double target_ = 0.5;

@@ -5,10 +5,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <limits>
 #include <sstream>
 
 #include "dspark/error.hpp"
+#include "dspark/io/atomic_file.hpp"
 
 namespace dspark {
 
@@ -73,6 +75,47 @@ RoundCallback collect_rounds(std::vector<CalibrationRound>& out) {
     r.conf_logits.push_back(conf_logit);
     if (survived) ++r.accepted;
   };
+}
+
+void write_rounds_jsonl(const std::string& path, const std::vector<CalibrationRound>& rounds) {
+  std::string out;
+  for (const auto& r : rounds) {
+    out += nlohmann::json{{"conf_logits", r.conf_logits}, {"accepted", r.accepted}}.dump();
+    out += '\n';
+  }
+  io::write_file_atomic(path, out);
+}
+
+std::vector<CalibrationRound> read_rounds_jsonl(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw Error(path + ": cannot open rounds file");
+  std::vector<CalibrationRound> rounds;
+  std::string line;
+  for (int64_t no = 1; std::getline(in, line); ++no) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = path + ":" + std::to_string(no) + ": ";
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::exception& e) {
+      throw FormatError(where + "expected a JSON object, got invalid JSON (" + e.what() + ")");
+    }
+    if (!j.is_object() || !j.contains("conf_logits") || !j["conf_logits"].is_array() ||
+        !j.contains("accepted") || !j["accepted"].is_number_integer())
+      throw FormatError(where + "expected {\"conf_logits\": [numbers], \"accepted\": integer}");
+    CalibrationRound r;
+    for (const auto& z : j["conf_logits"]) {
+      if (!z.is_number()) throw FormatError(where + "conf_logits holds a non-number: " + z.dump());
+      r.conf_logits.push_back(z.get<float>());
+    }
+    r.accepted = j["accepted"].get<int>();
+    if (r.accepted < 0 || r.accepted > static_cast<int>(r.conf_logits.size()))
+      throw FormatError(where + "accepted " + std::to_string(r.accepted) + " outside [0, " +
+                        std::to_string(r.conf_logits.size()) + "]");
+    rounds.push_back(std::move(r));
+  }
+  if (rounds.empty()) throw Error(path + ": no rounds in the file");
+  return rounds;
 }
 
 std::vector<double> calibrated_survival(const std::vector<float>& conf_logits,
@@ -141,11 +184,17 @@ std::vector<ReliabilityBin> reliability_bins(const std::vector<double>& prob,
   return out;
 }
 
-std::vector<double> fit_sts_temperatures(const std::vector<CalibrationRound>& rounds, int gamma,
-                                         const StsOptions& o) {
-  if (gamma < 1) throw InvalidArgument("fit_sts_temperatures: gamma must be >= 1");
-  if (!(o.t_min > 0) || !(o.t_max > o.t_min) || o.grid < 2 || o.bins < 1 || o.refine_steps < 0)
-    throw InvalidArgument("fit_sts_temperatures: invalid search options");
+namespace {
+
+std::vector<double> log_grid(double lo, double hi, int n) {
+  std::vector<double> g(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) g[i] = std::exp(std::log(lo) + (std::log(hi) - std::log(lo)) * i / (n - 1));
+  return g;
+}
+
+// The paper's STS fit: left to right, T_k minimizing ECE_k with T_<k fixed.
+std::vector<double> fit_sts_sequential(const std::vector<CalibrationRound>& rounds, int gamma,
+                                       const StsOptions& o) {
   std::vector<double> temps;
   for (int k = 0; k < gamma; ++k) {
     const PositionData d = position_data(rounds, temps, k);
@@ -160,12 +209,6 @@ std::vector<double> fit_sts_temperatures(const std::vector<CalibrationRound>& ro
         best_e = e;
         best_t = t;
       }
-    };
-    auto log_grid = [](double lo, double hi, int n) {
-      std::vector<double> g(static_cast<size_t>(n));
-      for (int i = 0; i < n; ++i)
-        g[i] = std::exp(std::log(lo) + (std::log(hi) - std::log(lo)) * i / (n - 1));
-      return g;
     };
     std::vector<double> grid = log_grid(o.t_min, o.t_max, o.grid);
     for (int step = 0; step <= o.refine_steps; ++step) {
@@ -182,6 +225,111 @@ std::vector<double> fit_sts_temperatures(const std::vector<CalibrationRound>& ro
     temps.push_back(best_t);
   }
   return temps;
+}
+
+// Per-position ECE of â_k under `temps` for every k < gamma (NaN where no
+// round reached k). Rounds are [N]; z[r][k] the logits.
+std::vector<double> ece_per_position(const std::vector<CalibrationRound>& rounds, const std::vector<double>& temps,
+                                     int gamma, int bins) {
+  std::vector<double> e(static_cast<size_t>(gamma));
+  for (int k = 0; k < gamma; ++k) {
+    const PositionData d = position_data(rounds, temps, k);
+    e[k] = d.z.empty() ? kNaN : expected_calibration_error(survival_at(d, temps[k]), d.y, bins);
+  }
+  return e;
+}
+
+// Lexicographic objective of the repair pass: first the total excess of ECE
+// over the uncalibrated ECE (positions made worse), then the total ECE.
+struct RepairScore {
+  double excess = 0, total = 0;
+  bool better_than(const RepairScore& o) const {
+    if (excess < o.excess - 1e-12) return true;
+    if (excess > o.excess + 1e-12) return false;
+    return total < o.total - 1e-12;
+  }
+};
+
+RepairScore repair_score(const std::vector<double>& ece, const std::vector<double>& raw) {
+  RepairScore s;
+  for (size_t k = 0; k < ece.size(); ++k) {
+    if (!std::isfinite(ece[k])) continue;
+    s.excess += std::max(0.0, ece[k] - raw[k]);
+    s.total += ece[k];
+  }
+  return s;
+}
+
+// Coordinate descent on RepairScore from the sequential fit, for when a
+// position's ECE ended above its uncalibrated ECE (T_k also moves â_j for
+// every j > k, which the left-to-right fit cannot take back). Each sweep
+// re-searches every T_k on the same grids with the others fixed; a sweep
+// that changes nothing ends it.
+std::vector<double> repair_sts(const std::vector<CalibrationRound>& rounds, int gamma, const StsOptions& o,
+                               std::vector<double> temps) {
+  const std::vector<double> raw = ece_per_position(rounds, std::vector<double>(gamma, 1.0), gamma, o.bins);
+  RepairScore best = repair_score(ece_per_position(rounds, temps, gamma, o.bins), raw);
+  if (best.excess <= 0) return temps;
+  // Per round and position: the logit, whether the round reached k, and its label.
+  const size_t N = rounds.size();
+  std::vector<std::vector<double>> z(N, std::vector<double>(static_cast<size_t>(gamma), 0.0));
+  for (size_t r = 0; r < N; ++r)
+    for (int k = 0; k < gamma && k < static_cast<int>(rounds[r].conf_logits.size()); ++k) z[r][k] = rounds[r].conf_logits[k];
+  std::vector<std::vector<double>> prob(static_cast<size_t>(gamma));
+  std::vector<std::vector<uint8_t>> lab(static_cast<size_t>(gamma));
+  for (int k = 0; k < gamma; ++k)
+    for (const auto& rd : rounds)
+      if (static_cast<int>(rd.conf_logits.size()) > k) lab[k].push_back(k < rd.accepted ? 1 : 0);
+  // Score with T_m = t (others from temps).
+  auto score_with = [&](int m, double t) {
+    for (int k = 0; k < gamma; ++k) prob[k].clear();
+    for (size_t r = 0; r < N; ++r) {
+      const int len = std::min<int>(gamma, static_cast<int>(rounds[r].conf_logits.size()));
+      double p = 1.0;
+      for (int k = 0; k < len; ++k) {
+        p *= sigmoid(z[r][k] / (k == m ? t : temps[k]));
+        prob[k].push_back(p);
+      }
+    }
+    std::vector<double> e(static_cast<size_t>(gamma), kNaN);
+    for (int k = 0; k < gamma; ++k)
+      if (!prob[k].empty()) e[k] = expected_calibration_error(prob[k], lab[k], o.bins);
+    return repair_score(e, raw);
+  };
+  for (int sweep = 0; sweep < 8; ++sweep) {
+    bool changed = false;
+    for (int m = 0; m < gamma; ++m) {
+      double best_t = temps[m];
+      std::vector<double> grid = log_grid(o.t_min, o.t_max, o.grid);
+      for (int step = 0; step <= o.refine_steps; ++step) {
+        for (double t : grid) {
+          const RepairScore sc = score_with(m, t);
+          if (sc.better_than(best)) best = sc, best_t = t;
+        }
+        const auto it = std::min_element(grid.begin(), grid.end(), [&](double x, double y) {
+          return std::abs(std::log(x / best_t)) < std::abs(std::log(y / best_t));
+        });
+        const size_t i = static_cast<size_t>(it - grid.begin());
+        const double lo = grid[i > 0 ? i - 1 : i], hi = grid[i + 1 < grid.size() ? i + 1 : i];
+        if (!(hi > lo)) break;
+        grid = log_grid(lo, hi, 21);
+      }
+      if (best_t != temps[m]) temps[m] = best_t, changed = true;
+    }
+    if (!changed) break;
+  }
+  return temps;
+}
+
+}  // namespace
+
+std::vector<double> fit_sts_temperatures(const std::vector<CalibrationRound>& rounds, int gamma,
+                                         const StsOptions& o) {
+  if (gamma < 1) throw InvalidArgument("fit_sts_temperatures: gamma must be >= 1");
+  if (!(o.t_min > 0) || !(o.t_max > o.t_min) || o.grid < 2 || o.bins < 1 || o.refine_steps < 0)
+    throw InvalidArgument("fit_sts_temperatures: invalid search options");
+  std::vector<double> temps = fit_sts_sequential(rounds, gamma, o);
+  return o.repair ? repair_sts(rounds, gamma, o, std::move(temps)) : temps;
 }
 
 std::vector<double> precision_thresholds(const std::vector<CalibrationRound>& rounds,

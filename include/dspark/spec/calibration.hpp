@@ -47,6 +47,17 @@ struct CalibrationRound {
 /// `out` must outlive the callback.
 RoundCallback collect_rounds(std::vector<CalibrationRound>& out);
 
+/// Writes rounds as JSON lines {"conf_logits": [z_1..z_ℓ], "accepted": n}
+/// to `path`, atomically (temporary file, then rename). Throws dspark::Error
+/// when the file cannot be written.
+void write_rounds_jsonl(const std::string& path, const std::vector<CalibrationRound>& rounds);
+
+/// Reads rounds written by write_rounds_jsonl. Throws FormatError naming the
+/// file, the line and what was expected for a malformed line (not JSON, a
+/// missing or non-numeric field, accepted outside [0, ℓ]) and Error when the
+/// file cannot be opened or holds no rounds.
+std::vector<CalibrationRound> read_rounds_jsonl(const std::string& path);
+
 /// Calibrated survival â_k = ∏_{i<=k} σ(z_i / T_i) for every position of
 /// `conf_logits` ([n] → [n], values in [0, 1], non-increasing). T_i =
 /// temperatures[i], 1 past the list's end (an empty list gives the raw
@@ -85,6 +96,7 @@ struct StsOptions {
   double t_max = 20.0;
   int grid = 97;          // log-spaced grid points over [t_min, t_max]
   int refine_steps = 3;   // refinements: 21 log-spaced points between the best point's neighbours
+  bool repair = true;     // repair pass when a position ends above its uncalibrated ECE (see below)
 };
 
 /// Fits STS temperatures for positions 1..gamma (returns [gamma]).
@@ -92,7 +104,15 @@ struct StsOptions {
 /// T_k minimizes ECE(â_k, y_k) over a log-spaced grid on [t_min, t_max]
 /// followed by `refine_steps` finer grids around the best point. Ties (equal
 /// ECE, e.g. an uninformative position) go to the temperature closest to 1
-/// in log scale; a position no round reached gets T = 1. Throws
+/// in log scale; a position no round reached gets T = 1 (dspark-method.md §6).
+///
+/// Repair pass (opts.repair): T_k also rescales â_j for every j > k, so the
+/// left-to-right fit can leave a later position with a higher ECE than its
+/// uncalibrated ECE (T = 1 everywhere). When that happens, coordinate descent
+/// over T_1..T_γ (same grids, up to 8 sweeps) minimizes first the summed
+/// excess Σ_k max(0, ECE_k − ECE_k^raw), then the summed ECE, starting from
+/// the left-to-right fit; the result is never worse on either count. When no
+/// position is worse the left-to-right fit is returned unchanged. Throws
 /// InvalidArgument for gamma < 1 or an invalid range.
 std::vector<double> fit_sts_temperatures(const std::vector<CalibrationRound>& rounds, int gamma,
                                          const StsOptions& opts = {});
