@@ -192,6 +192,25 @@ std::vector<double> log_grid(double lo, double hi, int n) {
   return g;
 }
 
+// Searches a temperature: every point of the log grid on [t_min, t_max], then
+// `refine_steps` grids of 21 points between the neighbours of the best point
+// so far. `consider(t)` scores t and returns the best temperature seen.
+template <typename Consider>
+void search_temperature(const StsOptions& o, Consider&& consider) {
+  std::vector<double> grid = log_grid(o.t_min, o.t_max, o.grid);
+  for (int step = 0; step <= o.refine_steps; ++step) {
+    double best_t = 1.0;
+    for (double t : grid) best_t = consider(t);
+    const auto it = std::min_element(grid.begin(), grid.end(), [&](double a, double b) {
+      return std::abs(std::log(a / best_t)) < std::abs(std::log(b / best_t));
+    });
+    const size_t i = static_cast<size_t>(it - grid.begin());
+    const double lo = grid[i > 0 ? i - 1 : i], hi = grid[i + 1 < grid.size() ? i + 1 : i];
+    if (!(hi > lo)) break;
+    grid = log_grid(lo, hi, 21);
+  }
+}
+
 // The paper's STS fit: left to right, T_k minimizing ECE_k with T_<k fixed.
 std::vector<double> fit_sts_sequential(const std::vector<CalibrationRound>& rounds, int gamma,
                                        const StsOptions& o) {
@@ -203,25 +222,14 @@ std::vector<double> fit_sts_sequential(const std::vector<CalibrationRound>& roun
       continue;
     }
     double best_t = 1.0, best_e = std::numeric_limits<double>::infinity();
-    auto consider = [&](double t) {
+    search_temperature(o, [&](double t) {
       const double e = expected_calibration_error(survival_at(d, t), d.y, o.bins);
       if (e < best_e - 1e-12 || (std::abs(e - best_e) <= 1e-12 && std::abs(std::log(t)) < std::abs(std::log(best_t)))) {
         best_e = e;
         best_t = t;
       }
-    };
-    std::vector<double> grid = log_grid(o.t_min, o.t_max, o.grid);
-    for (int step = 0; step <= o.refine_steps; ++step) {
-      for (double t : grid) consider(t);
-      // Next grid: between the neighbours of the best point of this one.
-      const auto it = std::min_element(grid.begin(), grid.end(), [&](double a, double b) {
-        return std::abs(std::log(a / best_t)) < std::abs(std::log(b / best_t));
-      });
-      const size_t i = static_cast<size_t>(it - grid.begin());
-      const double lo = grid[i > 0 ? i - 1 : i], hi = grid[i + 1 < grid.size() ? i + 1 : i];
-      if (!(hi > lo)) break;
-      grid = log_grid(lo, hi, 21);
-    }
+      return best_t;
+    });
     temps.push_back(best_t);
   }
   return temps;
@@ -300,20 +308,11 @@ std::vector<double> repair_sts(const std::vector<CalibrationRound>& rounds, int 
     bool changed = false;
     for (int m = 0; m < gamma; ++m) {
       double best_t = temps[m];
-      std::vector<double> grid = log_grid(o.t_min, o.t_max, o.grid);
-      for (int step = 0; step <= o.refine_steps; ++step) {
-        for (double t : grid) {
-          const RepairScore sc = score_with(m, t);
-          if (sc.better_than(best)) best = sc, best_t = t;
-        }
-        const auto it = std::min_element(grid.begin(), grid.end(), [&](double x, double y) {
-          return std::abs(std::log(x / best_t)) < std::abs(std::log(y / best_t));
-        });
-        const size_t i = static_cast<size_t>(it - grid.begin());
-        const double lo = grid[i > 0 ? i - 1 : i], hi = grid[i + 1 < grid.size() ? i + 1 : i];
-        if (!(hi > lo)) break;
-        grid = log_grid(lo, hi, 21);
-      }
+      search_temperature(o, [&](double t) {
+        const RepairScore sc = score_with(m, t);
+        if (sc.better_than(best)) best = sc, best_t = t;
+        return best_t;
+      });
       if (best_t != temps[m]) temps[m] = best_t, changed = true;
     }
     if (!changed) break;
