@@ -21,11 +21,15 @@ void DrafterOptions::add(CLI::App& app, bool with_schedule) {
   app.add_option("--thresholds", thresholds,
                  "per-position confidence thresholds a,b,... ('none' disables calibration thresholds)");
   app.add_flag("--no-prune", no_prune, "verify every drafted token (no confidence pruning)");
-  if (!with_schedule) return;
+  if (!with_schedule) {
+    schedule = "thresholds";  // the caller schedules verify lengths itself
+    return;
+  }
   app.add_option("--schedule", schedule,
                  "verify length: off (all drafted tokens), thresholds (confidence pruning), sps "
-                 "(hardware-aware scheduler on the SPS profile)")
-      ->check(CLI::IsMember({"off", "thresholds", "sps"}))
+                 "(hardware-aware scheduler on the SPS profile), auto (sps when this machine has a "
+                 "profile, else thresholds)")
+      ->check(CLI::IsMember({"auto", "off", "thresholds", "sps"}))
       ->capture_default_str();
   app.add_option("--profile", profile,
                  "SPS profile for --schedule sps (default: $DSPARK_HOME/profiles/<model id>.json)");
@@ -59,6 +63,12 @@ std::unique_ptr<Drafter> DrafterOptions::load(const std::string& model_arg, cons
 SpecOptions DrafterOptions::spec() const {
   SpecOptions s;
   s.gamma = gamma;
+  std::string schedule = this->schedule;
+  if (schedule == "auto") {
+    const bool have_profile =
+        !profile.empty() || (!target_id_.empty() && std::filesystem::exists(default_profile_path(target_id_)));
+    schedule = no_prune ? "off" : have_profile ? "sps" : "thresholds";
+  }
   s.prune = !no_prune && schedule == "thresholds";
   if (no_prune && schedule == "sps")
     throw InvalidArgument("--no-prune conflicts with --schedule sps (use --schedule off)");

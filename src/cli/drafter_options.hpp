@@ -18,9 +18,11 @@ struct DrafterOptions {
   std::string thresholds;        // "a,b,..."; "" = unset; "none" = empty list (disables)
   bool no_prune = false;
   /// Verify-length schedule: "off" (verify all γ), "thresholds" (confidence
-  /// pruning) or "sps" (hardware-aware scheduler, Alg. 1 with R = 1, on the
-  /// SPS profile `profile`; default $DSPARK_HOME/profiles/<model id>.json).
-  std::string schedule = "thresholds";
+  /// pruning), "sps" (hardware-aware scheduler, Alg. 1 with R = 1, on the
+  /// SPS profile `profile`; default $DSPARK_HOME/profiles/<model id>.json),
+  /// or "auto": sps when that profile exists (`dspark profile` wrote it or
+  /// --profile names one), else thresholds; with --no-prune, off.
+  std::string schedule = "auto";
   std::string profile;
 
   /// Registers the options; with_schedule = false leaves out --schedule and
