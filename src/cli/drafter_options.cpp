@@ -67,7 +67,8 @@ SpecOptions DrafterOptions::spec() const {
   if (schedule == "auto") {
     const bool have_profile =
         !profile.empty() || (!target_id_.empty() && std::filesystem::exists(default_profile_path(target_id_)));
-    schedule = no_prune ? "off" : have_profile ? "sps" : "thresholds";
+    const bool explicit_pruning = min_conf >= 0 || !thresholds.empty();
+    schedule = no_prune ? "off" : have_profile && !explicit_pruning ? "sps" : "thresholds";
   }
   s.prune = !no_prune && schedule == "thresholds";
   if (no_prune && schedule == "sps")

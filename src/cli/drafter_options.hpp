@@ -21,7 +21,8 @@ struct DrafterOptions {
   /// pruning), "sps" (hardware-aware scheduler, Alg. 1 with R = 1, on the
   /// SPS profile `profile`; default $DSPARK_HOME/profiles/<model id>.json),
   /// or "auto": sps when that profile exists (`dspark profile` wrote it or
-  /// --profile names one), else thresholds; with --no-prune, off.
+  /// --profile names one) and neither --min-conf nor --thresholds is given,
+  /// else thresholds; with --no-prune, off.
   std::string schedule = "auto";
   std::string profile;
 
