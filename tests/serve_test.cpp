@@ -547,6 +547,12 @@ class ServeOpenAI : public ::testing::Test {
     std::string why;
     const int port = server.wait_ready(why);
     ASSERT_GT(port, 0) << why;
+    // A second server on the same port is refused, not let in to share it.
+    const std::string second = "timeout 60 " + std::string(DSPARK_BINARY) +
+                               " serve -m smollm2 --drafter none --host 127.0.0.1 --port " + std::to_string(port) +
+                               " >" + tmp_.file("second.log") + " 2>&1";
+    const int rc2 = std::system(second.c_str());
+    EXPECT_TRUE(WIFEXITED(rc2) && WEXITSTATUS(rc2) == 2) << test::read_bytes(tmp_.file("second.log"));
     const std::string out = tmp_.file("client.out");
     std::string cmd = "python3 " DSPARK_SOURCE_DIR "/tests/serve/test_openai_client.py --base-url http://127.0.0.1:" +
                       std::to_string(port) + " --suite " + suite;

@@ -2,6 +2,10 @@
 // (bad option, bad file, bad prompt), 1 internal error.
 #include <CLI/CLI.hpp>
 
+#include <unistd.h>
+
+#include <cstdlib>
+
 #include <iostream>
 #include <memory>
 #include <vector>
@@ -20,7 +24,29 @@ std::unique_ptr<Command> make_profile(CLI::App& app, CLI::App*& sub);
 std::unique_ptr<Command> make_draft_vocab(CLI::App& app, CLI::App*& sub);
 }  // namespace dspark::cli
 
+namespace {
+
+// The OpenMP runtime under ATen reads its wait settings once, when it is
+// loaded, before main runs. By default an idle worker spins for about 300,000
+// iterations before it sleeps: on an idle machine that is what makes the
+// forward's many short parallel regions cheap, but when other processes
+// compete for the cores the spinning workers take the time the working ones
+// need (plain decode on 2 busy cores: 12.5 tok/s spinning, 35 tok/s with
+// GOMP_SPINCOUNT=1000 or OMP_WAIT_POLICY=PASSIVE; on an idle machine 121,
+// 115-120 and 75-80 tok/s). A spin count of 1000 keeps both. When the user
+// has chosen neither setting, set it and restart this process image so the
+// runtime sees it.
+void ensure_short_openmp_spin(char** argv) {
+  if (std::getenv("OMP_WAIT_POLICY") != nullptr || std::getenv("GOMP_SPINCOUNT") != nullptr) return;
+  if (setenv("GOMP_SPINCOUNT", "1000", 1) != 0) return;
+  execv("/proc/self/exe", argv);
+  // execv returned: keep going with the default settings.
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  ensure_short_openmp_spin(argv);
   CLI::App app{"dspark: DSpark speculative decoding engine"};
   app.set_version_flag("--version", std::string("dspark ") + DSPARK_VERSION);
   app.require_subcommand(1);

@@ -290,6 +290,13 @@ Server::~Server() { stop(); }
 
 int Server::bind() {
   Impl& s = *impl_;
+  // httplib's default options add SO_REUSEPORT, which lets a second server
+  // bind a port that is already serving and share its connections; keep only
+  // SO_REUSEADDR (rebinding right after a restart) so a taken port is an error.
+  s.http.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
   if (s.opts.port == 0) {
     const int port = s.http.bind_to_any_port(s.opts.host);
     if (port < 0) throw Error("cannot listen on " + s.opts.host + " (any port)");
