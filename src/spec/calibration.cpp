@@ -278,11 +278,7 @@ std::vector<double> repair_sts(const std::vector<CalibrationRound>& rounds, int 
   const std::vector<double> raw = ece_per_position(rounds, std::vector<double>(gamma, 1.0), gamma, o.bins);
   RepairScore best = repair_score(ece_per_position(rounds, temps, gamma, o.bins), raw);
   if (best.excess <= 0) return temps;
-  // Per round and position: the logit, whether the round reached k, and its label.
-  const size_t N = rounds.size();
-  std::vector<std::vector<double>> z(N, std::vector<double>(static_cast<size_t>(gamma), 0.0));
-  for (size_t r = 0; r < N; ++r)
-    for (int k = 0; k < gamma && k < static_cast<int>(rounds[r].conf_logits.size()); ++k) z[r][k] = rounds[r].conf_logits[k];
+  // Labels of the rounds that reached each position, and their survival under trial temperatures.
   std::vector<std::vector<double>> prob(static_cast<size_t>(gamma));
   std::vector<std::vector<uint8_t>> lab(static_cast<size_t>(gamma));
   for (int k = 0; k < gamma; ++k)
@@ -291,11 +287,11 @@ std::vector<double> repair_sts(const std::vector<CalibrationRound>& rounds, int 
   // Score with T_m = t (others from temps).
   auto score_with = [&](int m, double t) {
     for (int k = 0; k < gamma; ++k) prob[k].clear();
-    for (size_t r = 0; r < N; ++r) {
-      const int len = std::min<int>(gamma, static_cast<int>(rounds[r].conf_logits.size()));
+    for (const auto& rd : rounds) {
+      const int len = std::min<int>(gamma, static_cast<int>(rd.conf_logits.size()));
       double p = 1.0;
       for (int k = 0; k < len; ++k) {
-        p *= sigmoid(z[r][k] / (k == m ? t : temps[k]));
+        p *= sigmoid(rd.conf_logits[k] / (k == m ? t : temps[k]));
         prob[k].push_back(p);
       }
     }
