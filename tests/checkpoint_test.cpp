@@ -343,6 +343,12 @@ TEST(Checkpoint, RefusesMalformedFields) {
       {"weights_bytes of the wrong type", [](json& j) { j["weights_bytes"] = "many"; }, {"weights_bytes"}},
       {"mask_token_id of the wrong type", [](json& j) { j["config"]["mask_token_id"] = "none"; },
        {"mask_token_id"}},
+      {"too few STS thresholds", [](json& j) { j["config"]["sts"]["thresholds"] = {0.5, 0.5}; },
+       {"expected 5 thresholds", "got 2"}},
+      {"STS threshold above 1", [](json& j) { j["config"]["sts"]["thresholds"][2] = 1.5; },
+       {"thresholds must lie in [0, 1]", "1.5"}},
+      {"too many STS temperatures", [](json& j) { j["config"]["sts"]["temperatures"].push_back(1.0); },
+       {"expected 5 temperatures", "got 6"}},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.what);

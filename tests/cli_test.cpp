@@ -179,6 +179,40 @@ TEST_F(Cli, OneTokenHasNoDecodeRate) {
   EXPECT_NE(r.err.find("decode: 1 token, - tok/s"), std::string::npos) << r.err;
 }
 
+TEST_F(Cli, SeedMinusOneIsRandomAndReported) {
+  // -1 (llama.cpp's "random seed") draws a seed and reports it; the reported
+  // seed reproduces the same text.
+  auto a = run_dspark("generate -m smollm2 -p 'Once upon a time' -n 12 --drafter none --temp 1 --seed -1 --json", tmp);
+  ASSERT_EQ(a.status, 0) << a.err;
+  const auto ja = nlohmann::json::parse(a.out);
+  const auto seed = ja.at("seed").get<uint64_t>();
+  auto b = run_dspark("generate -m smollm2 -p 'Once upon a time' -n 12 --drafter none --temp 1 --json --seed " +
+                          std::to_string(seed),
+                      tmp);
+  ASSERT_EQ(b.status, 0) << b.err;
+  EXPECT_EQ(nlohmann::json::parse(b.out).at("tokens"), ja.at("tokens"));
+  auto c = run_dspark("generate -m smollm2 -p hi -n 2 --drafter none --temp 1 --seed 7", tmp);
+  ASSERT_EQ(c.status, 0) << c.err;
+  EXPECT_NE(c.err.find("| seed 7"), std::string::npos) << c.err;
+  expect_one_line_error(run_dspark("generate -m smollm2 -p hi -n 2 --seed -2", tmp), "-1 (a random seed)");
+  expect_one_line_error(run_dspark("generate -m smollm2 -p hi -n 2 --seed 18446744073709551616", tmp),
+                        "integer in [0, 2^64)");
+}
+
+TEST_F(Cli, FullContextIsReported) {
+  auto r = run_dspark("generate -m smollm2 -p 'Count: one, two, three' -c 10 -n 50 --temp 0 --drafter none", tmp);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find("stopped: the context of 10 tokens is full"), std::string::npos) << r.err;
+  auto j = run_dspark("generate -m smollm2 -p 'Count: one, two, three' -c 10 -n 50 --temp 0 --json", tmp);
+  ASSERT_EQ(j.status, 0) << j.err;
+  EXPECT_EQ(nlohmann::json::parse(j.out).at("finish_reason"), "context_full");
+}
+
+TEST_F(Cli, TooManyThresholdsForGamma) {
+  expect_one_line_error(run_dspark("generate -m smollm2 -p hi -n 2 --gamma 2 --thresholds 0.1,0.2,0.3", tmp),
+                        "expected at most gamma = 2 values");
+}
+
 TEST_F(Cli, BadOptionValue) {
   auto r = run_dspark("generate -m smollm2 -p hi -n notanumber", tmp);
   EXPECT_EQ(r.status, 2);

@@ -3,6 +3,7 @@
 #include <ATen/Parallel.h>
 
 #include <filesystem>
+#include <random>
 
 #include "dspark/error.hpp"
 
@@ -61,7 +62,26 @@ void add_sampling_options(CLI::App& app, SamplingParams& p) {
   app.add_option("--top-k", p.top_k, "top-k (0 = disabled)")->capture_default_str();
   app.add_option("--top-p", p.top_p, "top-p (1 = disabled)")->capture_default_str();
   app.add_option("--min-p", p.min_p, "min-p (0 = disabled)")->capture_default_str();
-  app.add_option("--seed", p.seed, "RNG seed")->capture_default_str();
+  app.add_option_function<std::string>(
+         "--seed",
+         [&p](const std::string& v) {
+           if (v == "-1") {
+             std::random_device rd;
+             p.seed = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+             return;
+           }
+           const std::string err = "--seed: expected -1 (a random seed) or an integer in [0, 2^64), got '" + v + "'";
+           if (v.empty() || v.find_first_not_of("0123456789") != std::string::npos) throw CLI::ValidationError(err);
+           try {
+             size_t used = 0;
+             p.seed = std::stoull(v, &used);
+             if (used != v.size()) throw CLI::ValidationError(err);
+           } catch (const std::out_of_range&) {
+             throw CLI::ValidationError(err);
+           }
+         },
+         "RNG seed (-1 = a random seed)")
+      ->default_str(std::to_string(p.seed));
 }
 
 nlohmann::json stats_json(const GenerateStats& s) {

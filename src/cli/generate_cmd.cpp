@@ -61,9 +61,14 @@ int GenerateCommand::run() {
   GenerateResult r = drafter ? generate_speculative(*m.target, *drafter, prompt, opts, spec)
                              : generate_plain(*m.target, prompt, opts);
   const auto& s = r.stats;
+  // Neither an end-of-generation token nor -n ended it: the KV cache is full.
+  const bool context_full = !r.stopped_by_eog && s.generated_tokens < n_predict_;
+  const char* finish = r.stopped_by_eog ? "stop" : context_full ? "context_full" : "length";
   if (json_) {
     nlohmann::json out = {{"text", m.tokenizer->decode(r.tokens)},
                           {"tokens", r.tokens},
+                          {"finish_reason", finish},
+                          {"seed", sampling_.seed},
                           {"stats", stats_json(s)}};
     std::cout << out.dump() << std::endl;
   } else {
@@ -78,6 +83,11 @@ int GenerateCommand::run() {
     if (s.rounds > 0)
       std::fprintf(stderr, " | tau %.2f, %lld target calls", s.tau(),
                    static_cast<long long>(s.target_calls));
+    if (!sampling_.greedy())
+      std::fprintf(stderr, " | seed %llu", static_cast<unsigned long long>(sampling_.seed));
+    if (context_full)
+      std::fprintf(stderr, " | stopped: the context of %lld tokens is full",
+                   static_cast<long long>(model_.ctx_size > 0 ? model_.ctx_size : m.target->info().context));
     std::fprintf(stderr, "\n");
   }
   return 0;

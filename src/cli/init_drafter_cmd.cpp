@@ -40,7 +40,7 @@ class InitDrafterCommand : public Command {
     Drafter d = Drafter::init(cfg_, seed_);
     save_drafter(d, out_, /*bf16=*/false);
     std::cerr << "wrote " << out_ << " (" << to_string(cfg_.seq_head) << " head, " << cfg_.n_layers
-              << " layers, gamma " << cfg_.gamma << ", target " << cfg_.target_id << ")\n";
+              << (cfg_.n_layers == 1 ? " layer" : " layers") << ", gamma " << cfg_.gamma << ", target " << cfg_.target_id << ")\n";
     return 0;
   }
 

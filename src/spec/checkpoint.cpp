@@ -67,8 +67,12 @@ DrafterConfig config_from_json(const nlohmann::json& j, const std::string& where
   }
   c.mask_token_id = cfg.contains("mask_token_id") ? get<int>(cfg, "mask_token_id", cw) : -1;
   c.rope_base = cfg.contains("rope_base") ? get<double>(cfg, "rope_base", cw) : 10000.0;
-  if (cfg.contains("sts") && cfg.at("sts").contains("thresholds"))
+  if (cfg.contains("sts") && cfg.at("sts").contains("thresholds")) {
     c.sts_thresholds = get<std::vector<double>>(cfg.at("sts"), "thresholds", cw + " sts");
+    for (double t : c.sts_thresholds)
+      if (!(t >= 0 && t <= 1))
+        throw FormatError(cw + " sts: thresholds must lie in [0, 1], got " + std::to_string(t));
+  }
   if (cfg.contains("sts") && cfg.at("sts").contains("temperatures")) {
     c.sts_temperatures = get<std::vector<double>>(cfg.at("sts"), "temperatures", cw + " sts");
     for (double t : c.sts_temperatures)
@@ -88,6 +92,14 @@ DrafterConfig config_from_json(const nlohmann::json& j, const std::string& where
   } catch (const InvalidArgument& e) {
     throw FormatError(where + ": " + e.what());
   }
+  // After validate(): gamma is known to be in range.
+  const auto per_position = [&](const std::vector<double>& v, const char* what) {
+    if (!v.empty() && v.size() != static_cast<size_t>(c.gamma))
+      throw FormatError(cw + " sts: expected " + std::to_string(c.gamma) + " " + what +
+                        " (one per draft position), got " + std::to_string(v.size()));
+  };
+  per_position(c.sts_thresholds, "thresholds");
+  per_position(c.sts_temperatures, "temperatures");
   return c;
 }
 

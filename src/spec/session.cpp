@@ -65,6 +65,10 @@ struct SpecSession::Impl {
       if (gamma < 1 || gamma > kMaxGamma)
         throw InvalidArgument("gamma must be in [1, " + std::to_string(kMaxGamma) + "], got " +
                               std::to_string(gamma));
+      if (spec.thresholds && spec.thresholds->size() > static_cast<size_t>(gamma))
+        throw InvalidArgument("thresholds: expected at most gamma = " + std::to_string(gamma) +
+                              " values (one per draft position), got " +
+                              std::to_string(spec.thresholds->size()));
       thresholds = resolve_thresholds(*drafter, spec, gamma);
       prune_temperatures = resolve_prune_temperatures(*drafter, spec);
       taps.layers = drafter->tap_layers();

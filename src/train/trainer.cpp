@@ -147,14 +147,20 @@ struct Trainer::Impl {
   std::vector<size_t> order;
   std::mt19937_64 rng;
 
-  // Target features: taps [L, m*d] and final-normed hidden [L, d], fp32;
-  // with a draft vocabulary also the full-vocabulary logsumexp [L] fp32 and
-  // argmax [L] int64 of the target's logits at every position.
+  // Target features: taps [L, m*d] and final-normed hidden [L, d] (bf16 in
+  // bf16 precision, as method §4 stores them, else fp32); with a draft
+  // vocabulary also the full-vocabulary logsumexp [L] fp32 and argmax [L]
+  // int64 of the target's logits at every position (from the unrounded
+  // hidden).
   struct Features {
     at::Tensor taps, final_hidden, lse, argmax;
     int64_t bytes() const {
-      return (taps.numel() + final_hidden.numel()) * 4 + (lse.defined() ? lse.numel() * 4 : 0) +
-             (argmax.defined() ? argmax.numel() * 8 : 0);
+      return taps.nbytes() + final_hidden.nbytes() + (lse.defined() ? lse.nbytes() : 0) +
+             (argmax.defined() ? argmax.nbytes() : 0);
+    }
+    /// The fp32 view the graph and the loss read.
+    Features as_float() const {
+      return {taps.to(at::kFloat), final_hidden.to(at::kFloat), lse, argmax};
     }
   };
   std::unordered_map<size_t, Features> eval_cache;
@@ -196,7 +202,11 @@ struct Trainer::Impl {
     KVCache kv = target.new_cache(static_cast<int64_t>(toks.size()));
     ForwardOut o = target.forward_one(kv, toks, Logits::None,
                                       TapRequest{drafter->config().tap_layers, /*final_hidden=*/true});
-    Features f{o.taps, o.final_hidden, {}, {}};
+    // bf16 storage halves the feature cache; the rounding happens on every
+    // visit, so a cached and a recomputed sequence give identical steps.
+    const bool bf16 = cfg.precision == MatmulPrecision::BFloat16;
+    Features f{bf16 ? o.taps.to(at::kBFloat16) : o.taps, bf16 ? o.final_hidden.to(at::kBFloat16) : o.final_hidden,
+               {}, {}};
     if (draft_vocab()) {
       TargetLogitStats st =
           target_logit_stats(o.final_hidden, target.lm_head(), target.info().logit_softcap, cfg.precision);
@@ -208,10 +218,10 @@ struct Trainer::Impl {
 
   Features features(size_t i, bool eval, double& seconds, int64_t& n_tokens) {
     if (eval) {
-      if (auto it = eval_cache.find(i); it != eval_cache.end()) return it->second;
+      if (auto it = eval_cache.find(i); it != eval_cache.end()) return it->second.as_float();
     } else if (auto it = cache.find(i); it != cache.end()) {
       lru.splice(lru.begin(), lru, it->second.second);
-      return it->second.first;
+      return it->second.first.as_float();
     }
     const auto t0 = Clock::now();
     Features f = run_target(i);
@@ -230,7 +240,7 @@ struct Trainer::Impl {
       cache.emplace(i, std::make_pair(f, lru.begin()));
       cache_bytes += f.bytes();
     }
-    return f;
+    return f.as_float();
   }
 
   void new_epoch_order() {
