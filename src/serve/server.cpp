@@ -58,6 +58,7 @@ constexpr const char* kEventStream = "text/event-stream";
 // How long a streaming response waits for text before writing an SSE comment
 // (which also detects a client that went away while its request was queued).
 constexpr std::chrono::milliseconds kKeepAlive{2000};
+constexpr size_t kMaxBody = size_t{64} << 20;  // bytes of one request body
 
 void send_json(httplib::Response& res, int status, const json& body) {
   res.status = status;
@@ -101,7 +102,7 @@ struct Server::Impl {
     http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
     http.set_keep_alive_timeout(2);
     http.set_tcp_nodelay(true);
-    http.set_payload_max_length(64u << 20);
+    http.set_payload_max_length(kMaxBody);
     routes();
   }
 
@@ -128,10 +129,30 @@ struct Server::Impl {
     });
     http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
       if (!res.body.empty()) return;  // a handler already wrote an error body
+      // A known path asked with another method: 405 with the allowed one.
+      static constexpr std::pair<const char*, const char*> kRoutes[] = {
+          {"/health", "GET"}, {"/v1/models", "GET"}, {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"}};
+      if (res.status == 404) {
+        for (const auto& [path, method] : kRoutes) {
+          if (req.path != path) continue;
+          res.set_header("Allow", method);
+          send_error(res, 405, req.path + " expects " + method + ", got " + req.method, "invalid_request_error");
+          return;
+        }
+      }
       const int status = res.status;
-      send_error(res, status, status == 404 ? "no such endpoint: " + req.method + " " + req.path
-                                            : "request failed with HTTP status " + std::to_string(status),
-                 "invalid_request_error");
+      std::string message = "request failed with HTTP status " + std::to_string(status);
+      if (status == 404) {
+        message = "no such endpoint: " + req.method + " " + req.path;
+      } else if (status == 413) {
+        // The HTTP library caps form-encoded bodies (curl -d's default type) at 8 KiB.
+        const std::string type = req.get_header_value("Content-Type");
+        message = type.rfind("application/x-www-form-urlencoded", 0) == 0
+                      ? "request body too large for Content-Type " + type +
+                            " (8 KiB at most); send JSON with 'Content-Type: application/json' (up to 64 MiB)"
+                      : "request body too large: the limit is 64 MiB";
+      }
+      send_error(res, status, message, "invalid_request_error");
     });
     http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
       std::string what = "unknown error";

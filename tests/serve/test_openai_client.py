@@ -43,11 +43,11 @@ class Ctx:
         self.host, self.port = u.hostname, u.port
         self.client = openai.OpenAI(base_url=self.base + "/v1", api_key="unused", max_retries=0, timeout=180)
 
-    def raw(self, method, path, body=None, timeout=180):
+    def raw(self, method, path, body=None, timeout=180, content_type="application/json"):
         """One plain HTTP request; returns (status, headers dict, body bytes)."""
         conn = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
         try:
-            headers = {"Content-Type": "application/json"} if body is not None else {}
+            headers = {"Content-Type": content_type} if body is not None else {}
             conn.request(method, path, body=body, headers=headers)
             r = conn.getresponse()
             return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
@@ -347,6 +347,18 @@ def bad_requests_get_400_and_server_keeps_serving(ctx):
         assert err["param"] == (param or None), (body, err)
     status, _, raw = ctx.raw("GET", "/v1/no-such-endpoint")
     assert status == 404 and "error" in json.loads(raw), (status, raw)
+    # A known endpoint asked with the wrong method: 405 naming the right one.
+    status, headers, raw = ctx.raw("GET", "/v1/completions")
+    assert status == 405 and headers.get("allow") == "POST", (status, headers, raw)
+    assert "expects POST" in json.loads(raw)["error"]["message"], raw
+    # A large prompt is fine as JSON; as a form-encoded body (curl -d's
+    # default type) the HTTP library stops at 8 KiB, and the error says so.
+    big = json.dumps({"prompt": "word " * 1700, "max_tokens": 1, "temperature": 0}).encode()
+    status, _, raw = ctx.raw("POST", "/v1/completions", big)
+    assert status == 200, (status, raw[:300])
+    status, headers, raw = ctx.raw("POST", "/v1/completions", big, content_type="application/x-www-form-urlencoded")
+    assert status == 413 and headers.get("content-type", "").startswith("application/json"), (status, headers)
+    assert "application/json" in json.loads(raw)["error"]["message"], raw
     # The official client surfaces them as BadRequestError.
     for kw in ({"max_tokens": 0}, {"temperature": -1}, {"max_tokens": 10**7}):
         try:
