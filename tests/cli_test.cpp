@@ -213,6 +213,13 @@ TEST_F(Cli, TooManyThresholdsForGamma) {
                         "expected at most gamma = 2 values");
 }
 
+TEST_F(Cli, AutoDrafterFollowsTheTargetGivenAsAPath) {
+  // The shipped drafter is found by the target's id, not only by the alias.
+  auto r = run_dspark("generate -m " + model_path() + " -p 'The capital of France is' -n 8 --temp 0 --json", tmp);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(nlohmann::json::parse(r.out).at("stats").contains("tau")) << r.out;
+}
+
 TEST_F(Cli, BadOptionValue) {
   auto r = run_dspark("generate -m smollm2 -p hi -n notanumber", tmp);
   EXPECT_EQ(r.status, 2);

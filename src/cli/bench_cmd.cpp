@@ -115,7 +115,7 @@ class BenchCommand : public Command {
                           {"prefill_tok_s", median(agg_prefill)},
                           {"plain_tok_s_runs", agg_plain}};
     if (drafter) {
-      agg["drafter"] = drafter_.drafter == "auto" ? shipped_drafter_dir(model_.model) : drafter_.drafter;
+      agg["drafter"] = drafter_.resolved_dir();
       agg["gamma"] = spec.gamma > 0 ? spec.gamma : drafter->config().gamma;
       agg["tau"] = total_spec.tau();
       agg["spec_tok_s"] = median(agg_spec);

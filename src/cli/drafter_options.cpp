@@ -35,13 +35,38 @@ void DrafterOptions::add(CLI::App& app, bool with_schedule) {
                  "SPS profile for --schedule sps (default: $DSPARK_HOME/profiles/<model id>.json)");
 }
 
+namespace {
+const std::vector<std::string>& drafter_bases() {
+  static const std::vector<std::string> bases = {std::string(DSPARK_DATA_DIR) + "/drafters/", "drafters/"};
+  return bases;
+}
+}  // namespace
+
 std::string shipped_drafter_dir(const std::string& model_arg) {
   namespace fs = std::filesystem;
   if (model_arg.find('/') != std::string::npos || model_arg.find(".gguf") != std::string::npos)
     return "";
-  for (const std::string& base : {std::string(DSPARK_DATA_DIR) + "/drafters/", std::string("drafters/")}) {
+  for (const std::string& base : drafter_bases()) {
     const fs::path p = fs::path(base) / model_arg;
     if (fs::exists(p / "dspark.json")) return p.string();
+  }
+  return "";
+}
+
+std::string shipped_drafter_for_target(const std::string& target_id) {
+  namespace fs = std::filesystem;
+  for (const std::string& base : drafter_bases()) {
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(base, ec)) {
+      const fs::path json = entry.path() / "dspark.json";
+      if (!fs::exists(json, ec)) continue;
+      try {
+        if (read_drafter_json(entry.path().string()).value("target_id", std::string()) == target_id)
+          return entry.path().string();
+      } catch (const std::exception&) {
+        // An unreadable drafter is not a match; loading it by name reports why.
+      }
+    }
   }
   return "";
 }
@@ -52,8 +77,10 @@ std::unique_ptr<Drafter> DrafterOptions::load(const std::string& model_arg, cons
   if (dir == "none") return nullptr;
   if (dir == "auto") {
     dir = shipped_drafter_dir(model_arg);
+    if (dir.empty()) dir = shipped_drafter_for_target(target.info().id);
     if (dir.empty()) return nullptr;
   }
+  resolved_dir_ = dir;
   auto d = std::make_unique<Drafter>(load_drafter(dir));
   check_drafter_matches(d->config(), target.info());
   d->bind(target);

@@ -37,11 +37,19 @@ struct DrafterOptions {
   /// profile of --schedule sps is missing ("run dspark profile").
   SpecOptions spec() const;
 
+  /// The directory load() read the drafter from ("" before, or when none).
+  const std::string& resolved_dir() const { return resolved_dir_; }
+
  private:
-  mutable std::string target_id_;  // set by load()
+  mutable std::string target_id_;     // set by load()
+  mutable std::string resolved_dir_;  // set by load()
 };
 
 /// Directory of the drafter shipped for a model alias, or "" when none.
 std::string shipped_drafter_dir(const std::string& model_arg);
+
+/// Directory of a shipped drafter whose dspark.json names `target_id` (a
+/// target given as a GGUF path rather than an alias), or "" when none.
+std::string shipped_drafter_for_target(const std::string& target_id);
 
 }  // namespace dspark::cli
