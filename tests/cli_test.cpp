@@ -2,6 +2,7 @@
 // and every kind of bad input gets one clear line and exit status 2.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <array>
@@ -218,6 +219,19 @@ TEST_F(Cli, AutoDrafterFollowsTheTargetGivenAsAPath) {
   auto r = run_dspark("generate -m " + model_path() + " -p 'The capital of France is' -n 8 --temp 0 --json", tmp);
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_TRUE(nlohmann::json::parse(r.out).at("stats").contains("tau")) << r.out;
+}
+
+TEST_F(Cli, UnknownCommandIsNamed) {
+  expect_one_line_error(run_dspark("genrate -m smollm2 -p hi", tmp), "unknown command 'genrate'");
+}
+
+TEST_F(Cli, DirectoryWhereAFileBelongs) {
+  // A directory given as a profile file gets a clear error, not a stream failure.
+  expect_one_line_error(run_dspark("generate -m smollm2 -p hi -n 2 --schedule sps --profile " + tmp.path().string(), tmp),
+                        "an SPS profile (JSON file) expected, found a directory");
+  const std::string fifo = (tmp.path() / "model.gguf").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  expect_one_line_error(run_dspark("generate -m " + fifo + " -p hi -n 2", tmp), "not a regular file");
 }
 
 TEST_F(Cli, BadOptionValue) {

@@ -622,3 +622,43 @@ TEST_F(LlamaSmol, HiddenTaps) { check_taps(m(), slice(kPrompt, 0, 8), {1, 5, 28}
 TEST_F(LlamaSmol, ErrorsLeaveCachesUnchanged) { check_errors(m()); }
 
 }  // namespace
+
+namespace {
+
+// Nonsense hyper-parameters in the GGUF metadata are refused with the key
+// named, before anything divides by them or sizes an allocation from them.
+TEST(LlamaLoad, RefusesNonsenseHyperParameters) {
+  namespace g = dspark::io::gguf;
+  struct Case {
+    const char* key;
+    dspark::io::GGUFValue value;
+    const char* expect;
+  };
+  const std::vector<Case> cases = {
+      {"llama.attention.head_count", g::u32(0), "llama.attention.head_count"},
+      {"llama.block_count", g::u32(1u << 31), "inconsistent llama hyper-parameters"},
+      {"llama.rope.dimension_count", g::u32(0), "rope dims 0"},
+      {"llama.context_length", g::u32(0), "llama.context_length"},
+      {"llama.rope.freq_base", g::f32(0.f), "llama.rope.freq_base"},
+      {"llama.rope.freq_base", g::f32(std::nanf("")), "llama.rope.freq_base"},
+      {"llama.attention.layer_norm_rms_epsilon", g::f32(-1.f), "llama.attention.layer_norm_rms_epsilon"},
+      {"llama.vocab_size", g::u32(7), "llama.vocab_size is 7"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.key);
+    TempDir tmp;
+    auto w = dspark::test::tiny_llama_writer(3);
+    w.set(c.key, c.value);
+    const std::string path = tmp.file("bad.gguf");
+    w.write(path);
+    try {
+      dspark::load_target(path);
+      ADD_FAILURE() << "loaded";
+    } catch (const FormatError& e) {
+      EXPECT_NE(std::string(e.what()).find(c.expect), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+    }
+  }
+}
+
+}  // namespace

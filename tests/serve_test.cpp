@@ -193,6 +193,10 @@ TEST(ServeApi, RejectsBadRequestsNamingTheField) {
   EXPECT_EQ(error_param(R"({"prompt": "hi", "max_tokens": 2.5})"), "max_tokens");
   EXPECT_EQ(error_param(R"({"prompt": "hi", "temperature": "hot"})"), "temperature");
   EXPECT_EQ(error_param(R"({"prompt": "hi", "temperature": -0.1})"), "temperature");
+  EXPECT_EQ(error_param(R"({"prompt": "hi", "temperature": 1e308})"), "temperature");  // inf as a float
+  EXPECT_EQ(error_param(R"({"prompt": "hi", "frobnicate": 1e400})"), "");  // beyond double: not valid JSON
+  EXPECT_EQ(error_param(R"({"prompt": "hi", "max_tokens": 4, "max_completion_tokens": "x"})"),
+            "max_completion_tokens");
   EXPECT_EQ(error_param(R"({"prompt": "hi", "top_p": 0})"), "top_p");
   EXPECT_EQ(error_param(R"({"prompt": "hi", "top_p": 1.01})"), "top_p");
   EXPECT_EQ(error_param(R"({"prompt": "hi", "top_k": -2})"), "top_k");

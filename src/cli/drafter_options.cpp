@@ -1,5 +1,6 @@
 #include "drafter_options.hpp"
 
+#include <cmath>
 #include <filesystem>
 #include <sstream>
 
@@ -88,6 +89,7 @@ std::unique_ptr<Drafter> DrafterOptions::load(const std::string& model_arg, cons
 }
 
 SpecOptions DrafterOptions::spec() const {
+  if (std::isnan(min_conf)) throw InvalidArgument("--min-conf: expected a number in [0, 1], got nan");
   SpecOptions s;
   s.gamma = gamma;
   std::string schedule = this->schedule;

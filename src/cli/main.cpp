@@ -63,6 +63,19 @@ int main(int argc, char** argv) {
       commands.emplace_back(sub, std::move(c));
     }
   }
+  // A first word that is neither an option nor a command: name it.
+  if (argc > 1 && argv[1][0] != '-') {
+    std::string names;
+    bool known = false;
+    for (const auto& [sub, cmd] : commands) {
+      known = known || sub->get_name() == argv[1];
+      names += (names.empty() ? "" : ", ") + sub->get_name();
+    }
+    if (!known) {
+      std::cerr << "error: unknown command '" << argv[1] << "' (expected one of: " << names << ")\n";
+      return 2;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -223,7 +223,7 @@ std::vector<int64_t> GGUFTensorInfo::shape() const { return {ne.rbegin(), ne.ren
 // ---- GGUFFile --------------------------------------------------------------
 
 GGUFFile::GGUFFile(const std::string& path) : path_(path) {
-  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // a FIFO must not block; fstat refuses it
   if (fd_ < 0) {
     throw Error(path + ": cannot open model file: " + std::strerror(errno));
   }

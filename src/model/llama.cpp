@@ -88,6 +88,10 @@ void LlamaModel::load(const io::GGUFFile& f) {
   info_.hidden = f.get_int(key(arch, "embedding_length"));
   info_.n_heads = f.get_int(key(arch, "attention.head_count"));
   info_.n_kv_heads = f.get_int_or(key(arch, "attention.head_count_kv"), info_.n_heads);
+  if (info_.n_heads <= 0 || info_.hidden <= 0)
+    throw FormatError(f.path() + ": " + key(arch, "attention.head_count") + " and " + key(arch, "embedding_length") +
+                      " must be positive, got " + std::to_string(info_.n_heads) + " and " +
+                      std::to_string(info_.hidden));
   info_.head_dim = f.get_int_or(key(arch, "attention.key_length"), info_.hidden / info_.n_heads);
   info_.ffn = f.get_int(key(arch, "feed_forward_length"));
   info_.context = f.get_int_or(key(arch, "context_length"), 2048);
@@ -97,13 +101,29 @@ void LlamaModel::load(const io::GGUFFile& f) {
 
   const auto& emb_info = f.tensor("token_embd.weight");
   info_.vocab = emb_info.shape().at(0);
-  if (info_.n_layers <= 0 || info_.hidden <= 0 || info_.n_heads <= 0 || info_.n_kv_heads <= 0 ||
-      info_.n_heads % info_.n_kv_heads != 0 || rot_dim_ % 2 != 0 || rot_dim_ > info_.head_dim) {
+  constexpr int64_t kMaxLayers = 4096;  // far above any released model; guards the allocations below
+  if (info_.n_layers <= 0 || info_.n_layers > kMaxLayers || info_.n_kv_heads <= 0 || info_.head_dim <= 0 ||
+      info_.n_heads % info_.n_kv_heads != 0 || rot_dim_ <= 0 || rot_dim_ % 2 != 0 || rot_dim_ > info_.head_dim) {
     throw FormatError(f.path() + ": inconsistent llama hyper-parameters (layers " +
                       std::to_string(info_.n_layers) + ", heads " + std::to_string(info_.n_heads) +
                       "/" + std::to_string(info_.n_kv_heads) + ", rope dims " +
                       std::to_string(rot_dim_) + ")");
   }
+  const auto positive_finite = [&](double v, const char* name) {
+    if (!(v > 0) || !std::isfinite(v))
+      throw FormatError(f.path() + ": " + key(arch, name) + " must be a positive finite number, got " +
+                        std::to_string(v));
+  };
+  positive_finite(info_.rms_eps, "attention.layer_norm_rms_epsilon");
+  positive_finite(info_.rope_base, "rope.freq_base");
+  if (info_.context <= 0 || info_.ffn <= 0)
+    throw FormatError(f.path() + ": " + key(arch, "context_length") + " and " + key(arch, "feed_forward_length") +
+                      " must be positive, got " + std::to_string(info_.context) + " and " +
+                      std::to_string(info_.ffn));
+  if (f.find(key(arch, "vocab_size")) && f.get_int(key(arch, "vocab_size")) != info_.vocab)
+    throw FormatError(f.path() + ": " + key(arch, "vocab_size") + " is " +
+                      std::to_string(f.get_int(key(arch, "vocab_size"))) + " but token_embd.weight has " +
+                      std::to_string(info_.vocab) + " rows");
   for (int64_t dim : {info_.hidden, info_.ffn, info_.n_heads * info_.head_dim}) {
     if (dim % 32 != 0)
       throw FormatError(f.path() + ": dimension " + std::to_string(dim) +

@@ -111,7 +111,7 @@ ApiRequest parse_request(std::string_view body, Endpoint endpoint, const Samplin
   json j;
   try {
     j = json::parse(body.begin(), body.end());
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // syntax errors, and numbers beyond double range (1e400)
     throw RequestError(std::string("the request body is not valid JSON: ") + e.what());
   }
   if (!j.is_object()) throw RequestError(std::string("the request body must be a JSON object, got ") + j.type_name());
@@ -131,9 +131,10 @@ ApiRequest parse_request(std::string_view body, Endpoint endpoint, const Samplin
   }
 
   auto max_tokens = get_int(j, "max_tokens");
+  const auto max_completion_tokens = get_int(j, "max_completion_tokens");  // type-checked even when unused
   const char* max_key = "max_tokens";
   if (!max_tokens) {
-    max_tokens = get_int(j, "max_completion_tokens");
+    max_tokens = max_completion_tokens;
     max_key = "max_completion_tokens";
   }
   if (max_tokens && *max_tokens < 1)
@@ -142,8 +143,8 @@ ApiRequest parse_request(std::string_view body, Endpoint endpoint, const Samplin
   r.max_tokens = max_tokens;
 
   if (auto t = get_number(j, "temperature")) {
-    if (!(*t >= 0) || !std::isfinite(*t))
-      throw RequestError("'temperature' must be >= 0, got " + num(*t), "temperature");
+    if (!(*t >= 0) || !std::isfinite(static_cast<float>(*t)))
+      throw RequestError("'temperature' must be a finite number >= 0, got " + num(*t), "temperature");
     r.sampling.temperature = static_cast<float>(*t);
   }
   if (auto p = get_number(j, "top_p")) {

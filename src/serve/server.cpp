@@ -214,7 +214,7 @@ struct Server::Impl {
                                " tokens; the context holds " + std::to_string(ctx) +
                                " (prompt and at least one generated token must fit)",
                            prompt_param);
-      if (ar.max_tokens && n_prompt + *ar.max_tokens > ctx)
+      if (ar.max_tokens && *ar.max_tokens > ctx - n_prompt)  // no overflow for huge max_tokens
         throw RequestError("prompt (" + std::to_string(n_prompt) + " tokens) + max_tokens (" +
                                std::to_string(*ar.max_tokens) + ") exceeds the context length (" +
                                std::to_string(ctx) + ")",

@@ -1,10 +1,12 @@
 // STS calibration, precision thresholds, calibration metrics and reliability
 // diagrams; see include/dspark/spec/calibration.hpp.
+#include "dspark/io/regular_file.hpp"
 #include "dspark/spec/calibration.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -87,6 +89,7 @@ void write_rounds_jsonl(const std::string& path, const std::vector<CalibrationRo
 }
 
 std::vector<CalibrationRound> read_rounds_jsonl(const std::string& path) {
+  if (std::filesystem::exists(path)) io::require_regular_file(path, "a rounds file (JSONL)");
   std::ifstream in(path);
   if (!in) throw Error(path + ": cannot open rounds file");
   std::vector<CalibrationRound> rounds;

@@ -1,4 +1,5 @@
 // Drafter checkpoint read/write; see include/dspark/spec/checkpoint.hpp.
+#include "dspark/io/regular_file.hpp"
 #include "dspark/spec/checkpoint.hpp"
 
 #include <cmath>
@@ -106,6 +107,7 @@ DrafterConfig config_from_json(const nlohmann::json& j, const std::string& where
 nlohmann::json read_drafter_json(const std::string& dir) {
   const std::string path = (fs::path(dir) / "dspark.json").string();
   if (!fs::exists(dir)) throw Error(dir + ": drafter directory does not exist");
+  if (fs::exists(path)) io::require_regular_file(path, "a drafter config (dspark.json)");
   std::ifstream in(path);
   if (!in) throw Error(path + ": cannot open (expected a drafter directory with dspark.json)");
   try {
@@ -183,6 +185,7 @@ Drafter load_drafter(const std::string& dir) {
 
   const std::string weights = (fs::path(dir) / "model.safetensors").string();
   const int64_t weights_bytes = j.contains("weights_bytes") ? get<int64_t>(j, "weights_bytes", where) : -1;
+  if (fs::exists(weights)) io::require_regular_file(weights, "drafter weights (safetensors file)");
   if (weights_bytes >= 0 && fs::exists(weights) &&
       static_cast<int64_t>(fs::file_size(weights)) != weights_bytes) {
     throw FormatError(weights + ": size " + std::to_string(fs::file_size(weights)) +

@@ -1,4 +1,5 @@
 // SPS(B) measurement and profile files; see include/dspark/spec/sps_profile.hpp.
+#include "dspark/io/regular_file.hpp"
 #include "dspark/spec/sps_profile.hpp"
 
 #include <ATen/Parallel.h>
@@ -177,6 +178,7 @@ void save_sps_profile(const std::string& path, const SpsProfile& p) {
 SpsProfile load_sps_profile(const std::string& path) {
   if (!fs::exists(path))
     throw Error(path + ": no SPS profile; run `dspark profile -m MODEL` first (or name a profile file: --profile FILE, or --sps FILE for dspark serve)");
+  io::require_regular_file(path, "an SPS profile (JSON file)");
   std::ifstream in(path);
   if (!in) throw Error(path + ": cannot open SPS profile");
   nlohmann::json j;

@@ -1,4 +1,5 @@
 // Self-distillation data regeneration; see regen.hpp.
+#include "dspark/io/regular_file.hpp"
 #include "dspark/train/regen.hpp"
 
 #include <fcntl.h>
@@ -176,6 +177,7 @@ struct Outcome {
 // Prompts file.
 
 std::vector<PromptEntry> read_prompts_jsonl(const std::string& path) {
+  if (std::filesystem::exists(path)) io::require_regular_file(path, "a prompts file (JSONL)");
   std::ifstream in(path);
   if (!in) throw Error(path + ": cannot open prompts file");
   std::vector<PromptEntry> out;

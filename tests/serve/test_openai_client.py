@@ -321,6 +321,7 @@ BAD = [
     ("/v1/completions", b'{"prompt": "hi", "max_tokens": 0}', "max_tokens"),
     ("/v1/completions", b'{"prompt": "hi", "max_tokens": -3}', "max_tokens"),
     ("/v1/completions", b'{"prompt": "hi", "max_tokens": 10000000}', "max_tokens"),
+    ("/v1/completions", b'{"prompt": "hi", "max_tokens": 9223372036854775807}', "max_tokens"),
     ("/v1/completions", b'{"prompt": "hi", "temperature": "hot"}', "temperature"),
     ("/v1/completions", b'{"prompt": "hi", "temperature": -0.5}', "temperature"),
     ("/v1/completions", b'{"prompt": "hi", "top_p": 0}', "top_p"),
