@@ -132,9 +132,9 @@ struct Server::Impl {
       // A known path asked with another method: 405 with the allowed one.
       static constexpr std::pair<const char*, const char*> kRoutes[] = {
           {"/health", "GET"}, {"/v1/models", "GET"}, {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"}};
-      if (res.status == 404) {
+      if (res.status == 404 || res.status == 400) {
         for (const auto& [path, method] : kRoutes) {
-          if (req.path != path) continue;
+          if (req.path != path || req.method == method) continue;
           res.set_header("Allow", method);
           send_error(res, 405, req.path + " expects " + method + ", got " + req.method, "invalid_request_error");
           return;
@@ -144,6 +144,9 @@ struct Server::Impl {
       std::string message = "request failed with HTTP status " + std::to_string(status);
       if (status == 404) {
         message = "no such endpoint: " + req.method + " " + req.path;
+      } else if (status == 400) {
+        // The HTTP library refused the request before any handler ran.
+        message = "malformed HTTP request (a POST needs a JSON body and a Content-Length header)";
       } else if (status == 413) {
         // The HTTP library caps form-encoded bodies (curl -d's default type) at 8 KiB.
         const std::string type = req.get_header_value("Content-Type");
