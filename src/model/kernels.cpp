@@ -8,6 +8,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -314,11 +315,148 @@ __attribute__((target("avx512f"))) void pv_avx512(const float* p, const float* V
   }
 }
 
+// ---- attention: several queries sharing one key/value group -------------------
+// The queries of one KV group (its heads, at every new position) read the same
+// keys and values. Computing up to kMaxQueries of them in one pass over K and V
+// reads each key and value row once per pass instead of once per query, which
+// is what bounds attention over a long cache (the rows come from L2). Every
+// (query, key) score and every output element is computed with exactly the
+// operations, in exactly the order, of scores_avx512 / pv_avx512, so results
+// are bitwise those of the one-query path, whatever queries share a pass.
+
+constexpr int kMaxQueries = 6;  // 4 accumulators each for hd 64: 24 of 32 zmm
+
+// scores[i][j] = dot(q[i], K_j) * scale for j < L[i], like scores_avx512.
+__attribute__((target("avx512f"))) void scores_multi(const float* const* q, int nq, const float* K,
+                                                     const int64_t* L, int64_t hd, float scale,
+                                                     float* const* scores) {
+  int64_t lmax = 0;
+  for (int i = 0; i < nq; ++i) lmax = std::max(lmax, L[i]);
+  for (int64_t j = 0; j + 16 <= lmax; j += 16) {
+    for (int i = 0; i < nq; ++i) {
+      if (j + 16 > L[i]) continue;
+      __m512 acc[16];
+      for (int a = 0; a < 16; ++a) {
+        const float* kr = K + (j + a) * hd;
+        __m512 s = _mm512_setzero_ps();
+        for (int64_t d = 0; d < hd; d += 16)
+          s = _mm512_fmadd_ps(_mm512_loadu_ps(q[i] + d), _mm512_loadu_ps(kr + d), s);
+        acc[a] = s;
+      }
+      alignas(64) float r[16];
+      _mm512_store_ps(r, reduce16(acc));
+      for (int a = 0; a < 16; ++a) scores[i][j + a] = r[lane_of(a)] * scale;
+    }
+  }
+  for (int i = 0; i < nq; ++i)
+    for (int64_t j = L[i] / 16 * 16; j < L[i]; ++j) scores[i][j] = dot_avx512(q[i], K + j * hd, hd) * scale;
+}
+
+// acc[i][d] += Σ_{j0 <= j < j1} p[i][j] * V_j[d] for NQ queries, hd % 64 == 0:
+// per element a multiply then an add, over j in order (pv_avx512's rounding).
+template <int NQ>
+__attribute__((target("avx512f"))) void pv_multi(const float* const* p, const float* V, int64_t j0,
+                                                 int64_t j1, int64_t hd, float* const* acc) {
+  for (int64_t d0 = 0; d0 < hd; d0 += 64) {
+    __m512 a[NQ][4];
+    for (int i = 0; i < NQ; ++i)
+      for (int c = 0; c < 4; ++c) a[i][c] = _mm512_loadu_ps(acc[i] + d0 + 16 * c);
+    for (int64_t j = j0; j < j1; ++j) {
+      const float* vr = V + j * hd + d0;
+      __m512 v[4];
+      for (int c = 0; c < 4; ++c) v[c] = _mm512_loadu_ps(vr + 16 * c);
+      for (int i = 0; i < NQ; ++i) {
+        const __m512 pj = _mm512_set1_ps(p[i][j]);
+        for (int c = 0; c < 4; ++c) a[i][c] = _mm512_add_ps(a[i][c], _mm512_mul_ps(pj, v[c]));
+      }
+    }
+    for (int i = 0; i < NQ; ++i)
+      for (int c = 0; c < 4; ++c) _mm512_storeu_ps(acc[i] + d0 + 16 * c, a[i][c]);
+  }
+}
+
+void pv_multi_n(int nq, const float* const* p, const float* V, int64_t j0, int64_t j1, int64_t hd,
+                float* const* acc) {
+  switch (nq) {
+    case 1: return pv_multi<1>(p, V, j0, j1, hd, acc);
+    case 2: return pv_multi<2>(p, V, j0, j1, hd, acc);
+    case 3: return pv_multi<3>(p, V, j0, j1, hd, acc);
+    case 4: return pv_multi<4>(p, V, j0, j1, hd, acc);
+    case 5: return pv_multi<5>(p, V, j0, j1, hd, acc);
+    case 6: return pv_multi<6>(p, V, j0, j1, hd, acc);
+    default: throw InvalidArgument("pv_multi_n: " + std::to_string(nq) + " queries");
+  }
+}
+
+// Attention with hd % 64 == 0 on AVX-512: work units (group, t, head within
+// the group), group-major, so that a thread's contiguous share of units is a
+// few runs of queries reading the same keys and values.
+void attention_grouped(const float* q, int64_t q_stride, const float* K, const float* V, int64_t cap,
+                       int64_t n_past, int64_t T, int64_t n_heads, int64_t n_kv, int64_t hd, float scale,
+                       uint16_t* out, bool causal) {
+  const int64_t group = n_heads / n_kv, per_group = T * group;
+  const int64_t work = (n_past + T) * hd * 2;
+  at::parallel_for(0, n_kv * per_group, std::max<int64_t>(1, 65536 / std::max<int64_t>(work, 1)),
+                   [&](int64_t u0, int64_t u1) {
+    const int64_t lcap = n_past + T;
+    std::vector<float> pbuf(static_cast<size_t>(kMaxQueries * lcap)), abuf(static_cast<size_t>(kMaxQueries * hd));
+    const float* qs[kMaxQueries];
+    float* ps[kMaxQueries];
+    float* accs[kMaxQueries];
+    int64_t L[kMaxQueries], t_of[kMaxQueries], h_of[kMaxQueries];
+    for (int i = 0; i < kMaxQueries; ++i) {
+      ps[i] = pbuf.data() + i * lcap;
+      accs[i] = abuf.data() + i * hd;
+    }
+    for (int64_t u = u0; u < u1;) {
+      const int64_t g = u / per_group;
+      const int nq = static_cast<int>(std::min<int64_t>({kMaxQueries, u1 - u, (g + 1) * per_group - u}));
+      int64_t lmin = lcap;
+      for (int i = 0; i < nq; ++i) {
+        const int64_t r = u + i - g * per_group;
+        t_of[i] = r / group;
+        h_of[i] = g * group + r % group;
+        qs[i] = q + t_of[i] * q_stride + h_of[i] * hd;
+        L[i] = causal ? n_past + t_of[i] + 1 : n_past + T;
+        lmin = std::min(lmin, L[i]);
+      }
+      const float* Kg = K + g * cap * hd;
+      const float* Vg = V + g * cap * hd;
+      scores_multi(qs, nq, Kg, L, hd, scale, ps);
+      float inv[kMaxQueries];
+      for (int i = 0; i < nq; ++i) {
+        float* p = ps[i];
+        float mx = -INFINITY;
+        for (int64_t j = 0; j < L[i]; ++j) mx = std::max(mx, p[j]);
+        float sum = 0.f;
+        for (int64_t j = 0; j < L[i]; ++j) {
+          p[j] = std::exp(p[j] - mx);
+          sum += p[j];
+        }
+        inv[i] = 1.f / sum;
+        std::fill(accs[i], accs[i] + hd, 0.f);
+      }
+      pv_multi_n(nq, ps, Vg, 0, lmin, hd, accs);
+      for (int i = 0; i < nq; ++i)
+        if (L[i] > lmin) pv_multi_n(1, ps + i, Vg, lmin, L[i], hd, accs + i);
+      for (int i = 0; i < nq; ++i) {
+        uint16_t* o = out + t_of[i] * n_heads * hd + h_of[i] * hd;
+        for (int64_t d = 0; d < hd; ++d) o[d] = f32_to_bf16(accs[i][d] * inv[i]);
+      }
+      u += nq;
+    }
+  });
+}
+
 }  // namespace
 
 void attention(const float* q, int64_t q_stride, const float* K, const float* V, int64_t cap,
                int64_t n_past, int64_t T, int64_t n_heads, int64_t n_kv, int64_t hd, float scale,
                uint16_t* out, bool causal) {
+  if (has_avx512f() && hd % 64 == 0) {
+    attention_grouped(q, q_stride, K, V, cap, n_past, T, n_heads, n_kv, hd, scale, out, causal);
+    return;
+  }
   const int64_t group = n_heads / n_kv;
   const int64_t work = (n_past + T) * hd * 2;
   const bool fast = has_avx512f() && hd % 16 == 0;
@@ -364,12 +502,15 @@ void attention(const float* q, int64_t q_stride, const float* K, const float* V,
 }
 
 void silu_mul_to_bf16(const float* gu, int64_t N, int64_t F, uint16_t* out) {
-  for (int64_t n = 0; n < N; ++n) {
-    const float* g = gu + n * 2 * F;
-    const float* u = g + F;
-    uint16_t* o = out + n * F;
-    for (int64_t f = 0; f < F; ++f) o[f] = f32_to_bf16(g[f] / (1.f + std::exp(-g[f])) * u[f]);
-  }
+  // Elementwise, so any split over (n, f) gives the same bits; ~2K elements
+  // per task keeps the exp-bound work worth a thread.
+  at::parallel_for(0, N * F, 2048, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t n = i / F, f = i % F;
+      const float g = gu[n * 2 * F + f], u = gu[n * 2 * F + F + f];
+      out[i] = f32_to_bf16(g / (1.f + std::exp(-g)) * u);
+    }
+  });
 }
 
 void add_rows(float* x, const float* y, int64_t N, int64_t D, int64_t ldy) {

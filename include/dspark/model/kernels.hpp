@@ -56,12 +56,16 @@ void rope_pairs(float* x, int64_t T, int64_t row_stride, int64_t n_heads, int64_
 /// out: [T, n_heads*hd] bf16. Each (t, head) pair is computed independently
 /// (batch invariant); with AVX-512 and hd % 16 == 0, scores go 16 keys per
 /// reduction and P·V keeps its accumulators in registers, with exactly the
-/// scalar path's operation order per element.
+/// scalar path's operation order per element. With hd % 64 == 0, up to six
+/// queries of one KV group share each pass over its keys and values (same
+/// operations per element, so the same bits).
+/// Parallel over (group, t, head); the split never changes a result.
 void attention(const float* q, int64_t q_stride, const float* K, const float* V, int64_t cap,
                int64_t n_past, int64_t T, int64_t n_heads, int64_t n_kv, int64_t hd, float scale,
                uint16_t* out, bool causal = true);
 
 /// SwiGLU: out[n, f] = silu(gu[n, f]) * gu[n, F + f]; gu: [N, 2F] fp32, out: [N, F] bf16.
+/// Parallel over elements (ATen threads); results do not depend on the split.
 void silu_mul_to_bf16(const float* gu, int64_t N, int64_t F, uint16_t* out);
 
 /// x[n, :] += y[n, :] over [N, D] fp32 (y with row stride ldy).
