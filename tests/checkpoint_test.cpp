@@ -229,6 +229,28 @@ TEST(Checkpoint, RefusesUnknownVariant) {
   EXPECT_MENTIONS(m, "dflash");
 }
 
+TEST(Checkpoint, RefusesAnotherKindOrANewerVersion) {
+  Saved s;
+  json j = read_json(s.dir);
+  ASSERT_EQ(j.at("kind"), "dspark-drafter");
+  ASSERT_EQ(j.at("version"), 1);
+  j["kind"] = "sps-profile";
+  write_json(s.dir, j);
+  std::string m = s.load_error();
+  EXPECT_MENTIONS(m, "'kind' is \"sps-profile\", expected \"dspark-drafter\"");
+  j["kind"] = "dspark-drafter";
+  j["version"] = 2;
+  write_json(s.dir, j);
+  m = s.load_error();
+  EXPECT_MENTIONS(m, "format version 2, this build reads versions 1..1 (written by a newer dspark)");
+  j["version"] = "1";
+  write_json(s.dir, j);
+  EXPECT_MENTIONS(s.load_error(), "format version \"1\"");
+  j["version"] = 1;
+  write_json(s.dir, j);
+  EXPECT_NO_THROW(load_drafter(s.dir));
+}
+
 TEST(Checkpoint, RefusesAnotherTargetsId) {
   TempDir tmp;
   const std::string d = tmp.file("drafter");

@@ -225,6 +225,17 @@ TEST_F(Cli, UnknownCommandIsNamed) {
   expect_one_line_error(run_dspark("genrate -m smollm2 -p hi", tmp), "unknown command 'genrate'");
 }
 
+TEST_F(Cli, ProfileOfAnotherModelIsWarnedAbout) {
+  const std::string prof = (tmp.path() / "other.json").string();
+  std::ofstream(prof) << R"({"model": "llama/other-model", "threads": 2, "context": 64, "b": [1, 2, 3, 4, 5, 6, 7, 8],
+                             "sps": [100, 90, 85, 80, 75, 70, 66, 62]})";
+  auto r = run_dspark("generate -m smollm2 -p hi -n 4 --temp 0 --schedule sps --profile " + prof, tmp);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find("warning: SPS profile " + prof + " was measured for model llama/other-model, not llama/"),
+            std::string::npos)
+      << r.err;
+}
+
 TEST_F(Cli, DirectoryWhereAFileBelongs) {
   // A directory given as a profile file gets a clear error, not a stream failure.
   expect_one_line_error(run_dspark("generate -m smollm2 -p hi -n 2 --schedule sps --profile " + tmp.path().string(), tmp),

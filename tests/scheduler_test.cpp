@@ -279,6 +279,14 @@ TEST(SpsProfile, ErrorsAndDefaultPath) {
   bad = ok;
   bad.erase("sps");
   EXPECT_THROW(sps_profile_from_json(bad, "x"), FormatError);
+  // A profile of another model is named in a warning; the same model or an
+  // unnamed one gives none.
+  const SpsProfile prof = sps_profile_from_json(ok, "x");
+  EXPECT_EQ(sps_profile_mismatch(prof, "p.json", "other"),
+            "SPS profile p.json was measured for model m, not other; its verify costs may not fit this "
+            "model (run `dspark profile -m MODEL` for it)");
+  EXPECT_EQ(sps_profile_mismatch(prof, "p.json", "m"), "");
+  EXPECT_EQ(sps_profile_mismatch(prof, "p.json", ""), "");
   const std::string p = default_profile_path("llama/Some Model:v1");
   EXPECT_NE(p.find("/profiles/llama_Some_Model_v1.json"), std::string::npos) << p;
 }

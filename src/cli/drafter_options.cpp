@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <iostream>
 #include <sstream>
 
 #include "dspark/error.hpp"
@@ -106,7 +107,10 @@ SpecOptions DrafterOptions::spec() const {
     const std::string path = !profile.empty()         ? profile
                              : !target_id_.empty()    ? default_profile_path(target_id_)
                                                       : throw InvalidArgument("--schedule sps: no model loaded");
-    s.sps = load_sps_profile(path).sps;
+    const SpsProfile prof = load_sps_profile(path);
+    if (const std::string w = sps_profile_mismatch(prof, path, target_id_); !w.empty())
+      std::cerr << "warning: " << w << "\n";
+    s.sps = prof.sps;
   }
   s.min_conf = min_conf;
   if (thresholds == "none") {

@@ -113,7 +113,10 @@ class ServeCommand : public Command {
       path = default_profile_path(target.info().id);
       if (!std::filesystem::exists(path)) return {};
     }
-    return load_sps_profile(path).sps;
+    const SpsProfile prof = load_sps_profile(path);
+    if (const std::string w = sps_profile_mismatch(prof, path, target.info().id); !w.empty())
+      std::cerr << "warning: " << w << "\n";
+    return prof.sps;
   }
 
   // The -m value's file stem ("smollm2", "SmolLM2-135M-Instruct.Q4_1").

@@ -170,6 +170,18 @@ Drafter load_drafter(const std::string& dir) {
   const nlohmann::json j = read_drafter_json(dir);
   const std::string where = (fs::path(dir) / "dspark.json").string();
   if (!j.is_object()) throw FormatError(where + ": expected a JSON object");
+  if (j.contains("kind") && (!j["kind"].is_string() || j["kind"] != "dspark-drafter")) {
+    throw FormatError(where + ": 'kind' is " + j["kind"].dump() +
+                      ", expected \"dspark-drafter\" (this is not a drafter checkpoint)");
+  }
+  if (j.contains("version") && (!j["version"].is_number_integer() || j["version"].get<int64_t>() < 1 ||
+                                j["version"].get<int64_t>() > kVersion)) {
+    throw FormatError(where + ": format version " + j["version"].dump() + ", this build reads versions 1.." +
+                      std::to_string(kVersion) +
+                      (j["version"].is_number_integer() && j["version"].get<int64_t>() > kVersion
+                           ? " (written by a newer dspark)"
+                           : ""));
+  }
   if (!j.contains("variant")) {
     throw FormatError(where +
                       ": no 'variant' key: this is the obsolete single-vector drafter format, which "

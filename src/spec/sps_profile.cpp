@@ -190,4 +190,10 @@ SpsProfile load_sps_profile(const std::string& path) {
   return sps_profile_from_json(j, path);
 }
 
+std::string sps_profile_mismatch(const SpsProfile& p, const std::string& path, const std::string& target_id) {
+  if (p.model.empty() || target_id.empty() || p.model == target_id) return "";
+  return "SPS profile " + path + " was measured for model " + p.model + ", not " + target_id +
+         "; its verify costs may not fit this model (run `dspark profile -m MODEL` for it)";
+}
+
 }  // namespace dspark

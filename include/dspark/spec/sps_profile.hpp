@@ -80,4 +80,10 @@ void save_sps_profile(const std::string& path, const SpsProfile& p);
 /// malformed.
 SpsProfile load_sps_profile(const std::string& path);
 
+/// A warning for a profile measured on another model than `target_id`
+/// ("SPS profile PATH was measured for model A, not B; ..."), or "" when the
+/// ids agree or either is empty. Verify costs of one model do not describe
+/// another, so the scheduler's choices would be off (output stays lossless).
+std::string sps_profile_mismatch(const SpsProfile& p, const std::string& path, const std::string& target_id);
+
 }  // namespace dspark
