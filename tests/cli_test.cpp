@@ -21,11 +21,11 @@ struct RunResult {
   std::string out, err;
 };
 
-// Runs the dspark binary with `args` (a shell-quoted string); captures stdout
-// and stderr separately.
-RunResult run_dspark(const std::string& args, const TempDir& tmp) {
+// Runs the dspark binary with `args` (a shell-quoted string) after `env`
+// ("NAME=value " assignments); captures stdout and stderr separately.
+RunResult run_dspark(const std::string& args, const TempDir& tmp, const std::string& env = "") {
   const std::string out = (tmp.path() / "stdout").string(), err = (tmp.path() / "stderr").string();
-  const std::string cmd = std::string(DSPARK_BINARY) + " " + args + " >" + out + " 2>" + err;
+  const std::string cmd = env + std::string(DSPARK_BINARY) + " " + args + " >" + out + " 2>" + err;
   RunResult r;
   const int rc = std::system(cmd.c_str());
   r.status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
@@ -234,6 +234,35 @@ TEST_F(Cli, ProfileOfAnotherModelIsWarnedAbout) {
   EXPECT_NE(r.err.find("warning: SPS profile " + prof + " was measured for model llama/other-model, not llama/"),
             std::string::npos)
       << r.err;
+}
+
+TEST_F(Cli, AutoScheduleMeasuresAProfileOnFirstUse) {
+  // A DSPARK_HOME with the models but no profiles: the first speculative run
+  // measures this machine's SPS profile (silently when stderr is not a
+  // terminal), saves it, and decodes exactly as plain decoding does.
+  namespace fs = std::filesystem;
+  const fs::path home = tmp.path() / "home";
+  fs::create_directories(home);
+  fs::create_directory_symlink(fs::path(model_path()).parent_path(), home / "models");
+  const std::string env = "DSPARK_HOME=" + home.string() + " ";
+  const std::string gen = "generate -m smollm2 --chat --temp 0 -n 16 --json -p 'Name three colors.'";
+  const auto plain = run_dspark(gen + " --drafter none", tmp);
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  // With explicit thresholds nothing is measured.
+  auto r = run_dspark(gen + " --thresholds 0.5", tmp, env);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_FALSE(fs::exists(home / "profiles")) << r.err;
+  r = run_dspark(gen, tmp, env);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  EXPECT_EQ(nlohmann::json::parse(r.out).at("text"), nlohmann::json::parse(plain.out).at("text"));
+  std::vector<fs::path> saved;
+  for (const auto& e : fs::directory_iterator(home / "profiles")) saved.push_back(e.path());
+  ASSERT_EQ(saved.size(), 1u);
+  const auto prof = nlohmann::json::parse(read_bytes(saved[0].string()));
+  EXPECT_EQ(prof.at("sps").size(), 16u);
+  EXPECT_EQ(prof.at("context"), 256);
+  for (double v : prof.at("sps")) EXPECT_GT(v, 0.0);
 }
 
 TEST_F(Cli, DirectoryWhereAFileBelongs) {

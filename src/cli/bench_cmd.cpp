@@ -51,7 +51,7 @@ class BenchCommand : public Command {
     auto drafter = drafter_.load(model_.model, *m.target);
     auto prompts = train::read_prompts_jsonl(prompts_);
     if (limit_ > 0 && static_cast<size_t>(limit_) < prompts.size()) prompts.resize(limit_);
-    const SpecOptions spec = drafter_.spec();
+    const SpecOptions spec = drafter_.spec(m.target.get());
 
     GenerateOptions opts;
     opts.n_predict = n_predict_;

@@ -5,6 +5,8 @@
 #include <iostream>
 #include <sstream>
 
+#include <unistd.h>
+
 #include "dspark/error.hpp"
 #include "dspark/spec/checkpoint.hpp"
 #include "dspark/spec/sps_profile.hpp"
@@ -29,8 +31,8 @@ void DrafterOptions::add(CLI::App& app, bool with_schedule) {
   }
   app.add_option("--schedule", schedule,
                  "verify length: off (all drafted tokens), thresholds (confidence pruning), sps "
-                 "(hardware-aware scheduler on the SPS profile), auto (sps when this machine has a "
-                 "profile, else thresholds)")
+                 "(hardware-aware scheduler on the SPS profile), auto (sps on this machine's "
+                 "profile, measured on first use; thresholds with --min-conf or --thresholds)")
       ->check(CLI::IsMember({"auto", "off", "thresholds", "sps"}))
       ->capture_default_str();
   app.add_option("--profile", profile,
@@ -86,24 +88,51 @@ std::unique_ptr<Drafter> DrafterOptions::load(const std::string& model_arg, cons
   auto d = std::make_unique<Drafter>(load_drafter(dir));
   check_drafter_matches(d->config(), target.info());
   d->bind(target);
+  drafter_gamma_ = d->gamma();
   return d;
 }
 
-SpecOptions DrafterOptions::spec() const {
+void DrafterOptions::measure_profile(TargetModel& target, int drafter_gamma) const {
+  SpsProfileOptions o;
+  o.bmax = std::max(16, (gamma > 0 ? gamma : drafter_gamma) + 1);
+  o.context = std::min<int64_t>(256, target.info().context - o.bmax - 1);
+  if (o.context < 1) return;
+  const bool tty = ::isatty(STDERR_FILENO) != 0;
+  if (tty)
+    std::cerr << "no SPS profile for this machine yet: measuring verify costs for B = 1.." << o.bmax
+              << " (once, about a second) ..." << std::endl;
+  const SpsProfile p = measure_sps(target, o);
+  measured_sps_ = p.sps;
+  const std::string path = default_profile_path(target_id_);
+  try {
+    save_sps_profile(path, p);
+    if (tty) std::cerr << "saved " << path << " (`dspark profile -m MODEL` measures it again)" << std::endl;
+  } catch (const std::exception& e) {
+    std::cerr << "warning: the SPS profile is used for this run only: " << e.what() << "\n";
+  }
+}
+
+SpecOptions DrafterOptions::spec(TargetModel* target) const {
   if (std::isnan(min_conf)) throw InvalidArgument("--min-conf: expected a number in [0, 1], got nan");
   SpecOptions s;
   s.gamma = gamma;
   std::string schedule = this->schedule;
   if (schedule == "auto") {
-    const bool have_profile =
-        !profile.empty() || (!target_id_.empty() && std::filesystem::exists(default_profile_path(target_id_)));
     const bool explicit_pruning = min_conf >= 0 || !thresholds.empty();
+    bool have_profile = !profile.empty() || measured_sps_.has_value() ||
+                        (!target_id_.empty() && std::filesystem::exists(default_profile_path(target_id_)));
+    if (!have_profile && !explicit_pruning && !no_prune && target != nullptr && drafter_gamma_ > 0) {
+      measure_profile(*target, drafter_gamma_);
+      have_profile = measured_sps_.has_value();
+    }
     schedule = no_prune ? "off" : have_profile && !explicit_pruning ? "sps" : "thresholds";
   }
   s.prune = !no_prune && schedule == "thresholds";
   if (no_prune && schedule == "sps")
     throw InvalidArgument("--no-prune conflicts with --schedule sps (use --schedule off)");
-  if (schedule == "sps") {
+  if (schedule == "sps" && profile.empty() && measured_sps_) {
+    s.sps = *measured_sps_;
+  } else if (schedule == "sps") {
     const std::string path = !profile.empty()         ? profile
                              : !target_id_.empty()    ? default_profile_path(target_id_)
                                                       : throw InvalidArgument("--schedule sps: no model loaded");

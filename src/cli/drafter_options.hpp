@@ -20,9 +20,9 @@ struct DrafterOptions {
   /// Verify-length schedule: "off" (verify all γ), "thresholds" (confidence
   /// pruning), "sps" (hardware-aware scheduler, Alg. 1 with R = 1, on the
   /// SPS profile `profile`; default $DSPARK_HOME/profiles/<model id>.json),
-  /// or "auto": sps when that profile exists (`dspark profile` wrote it or
-  /// --profile names one) and neither --min-conf nor --thresholds is given,
-  /// else thresholds; with --no-prune, off.
+  /// or "auto": sps unless --min-conf or --thresholds is given (then
+  /// thresholds) — on the profile that exists, else one spec(target)
+  /// measures; with --no-prune, off.
   std::string schedule = "auto";
   std::string profile;
 
@@ -35,14 +35,23 @@ struct DrafterOptions {
   std::unique_ptr<Drafter> load(const std::string& model_arg, const TargetModel& target) const;
   /// Throws InvalidArgument for conflicting options and Error when the SPS
   /// profile of --schedule sps is missing ("run dspark profile").
-  SpecOptions spec() const;
+  /// With `target`, "auto", a drafter loaded, no pruning flags and no
+  /// profile on this machine yet, the SPS profile is measured first (B up to
+  /// max(16, γ+1) at a 256-token context, about a second; a progress line on
+  /// a terminal) and saved to the default path, so that "auto" schedules
+  /// with it from the first run on.
+  SpecOptions spec(TargetModel* target = nullptr) const;
 
   /// The directory load() read the drafter from ("" before, or when none).
   const std::string& resolved_dir() const { return resolved_dir_; }
 
  private:
+  void measure_profile(TargetModel& target, int drafter_gamma) const;
+
   mutable std::string target_id_;     // set by load()
   mutable std::string resolved_dir_;  // set by load()
+  mutable int drafter_gamma_ = 0;     // set by load() when a drafter is loaded
+  mutable std::optional<std::vector<double>> measured_sps_;  // set by spec(target) when it measured
 };
 
 /// Directory of the drafter shipped for a model alias, or "" when none.

@@ -57,7 +57,7 @@ int GenerateCommand::run() {
     };
   }
   const auto drafter = drafter_.load(model_.model, *m.target);
-  const SpecOptions spec = drafter_.spec();  // validated even when no drafter runs
+  const SpecOptions spec = drafter_.spec(m.target.get());  // validated even when no drafter runs
   GenerateResult r = drafter ? generate_speculative(*m.target, *drafter, prompt, opts, spec)
                              : generate_plain(*m.target, prompt, opts);
   const auto& s = r.stats;
