@@ -17,6 +17,7 @@
 #include <memory>
 #include <random>
 #include <set>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -197,6 +198,27 @@ TEST(TrainTrainer, ResumeContinuesBitForBit) {
   TrainConfig ce = s.config(data, s.dir.file("none"));
   ce.resume = true;
   EXPECT_THROW(Trainer(ce, *s.target), Error);
+}
+
+TEST(TrainTrainer, SplitSeedFixesTheHeldOutSetAcrossSeeds) {
+  // The held-out split follows split_seed (default: seed), so runs that
+  // continue one another with other seeds keep one held-out set.
+  TinySetup s;
+  const std::string data = s.dir.file("data");
+  write_dataset(data, s.target->info().id, random_sequences(200, 24, 5, s.target->info().vocab, 4));
+  auto eval_of = [&](uint64_t seed, std::optional<uint64_t> split) {
+    TrainConfig c = s.config(data, s.dir.file("out"));
+    c.seed = seed;
+    c.split_seed = split;
+    return Trainer(c, *s.target).eval_indices();
+  };
+  const auto a = eval_of(1, std::nullopt), b = eval_of(2, std::nullopt);
+  ASSERT_EQ(a.size(), 4u);  // 2% of 200
+  EXPECT_NE(a, b);
+  EXPECT_EQ(eval_of(2, 1), a);
+  EXPECT_EQ(eval_of(7, 1), a);
+  EXPECT_EQ(eval_of(1, 1), a);
+  EXPECT_EQ(eval_of(1, 2), b);
 }
 
 TEST(TrainTrainer, RunWritesCheckpointsExportAndMetrics) {

@@ -2,6 +2,7 @@
 // `dspark regen` (see include/dspark/train/trainer.hpp).
 #include <cstdio>
 #include <iostream>
+#include <optional>
 
 #include "common.hpp"
 #include "dspark/error.hpp"
@@ -52,6 +53,9 @@ class TrainCommand : public Command {
         ->capture_default_str();
     app_->add_option("--log-every", c.log_every, "log period in steps")->check(positive_integer())->capture_default_str();
     app_->add_option("--seed", c.seed, "seed of init, data order and anchors")->capture_default_str();
+    app_->add_option("--split-seed", split_seed_,
+                     "seed of the held-out split (default: --seed); give runs that continue one another "
+                     "(--init) the same one, so that none trains on another's held-out sequences");
     app_->add_option("--eval-fraction", c.eval_fraction, "share of sequences held out")->capture_default_str();
     app_->add_option("--eval-sequences", c.eval_max_sequences, "most held-out sequences")->capture_default_str();
     app_->add_option("--max-len", c.max_len, "truncate sequences to this many tokens (0: the context)")
@@ -75,6 +79,7 @@ class TrainCommand : public Command {
     else if (precision_ == "fp32") cfg_.precision = train::MatmulPrecision::Float32;
     else throw InvalidArgument("--precision must be bf16 or fp32, got '" + precision_ + "'");
     cfg_.drafter.seq_head = parse_seq_head(head_);
+    if (split_seed_) cfg_.split_seed = *split_seed_;
     if (quiet_) cfg_.progress = train::Progress::None;
     cfg_.validate();
     model_.apply_threads();
@@ -124,6 +129,7 @@ class TrainCommand : public Command {
   train::TrainConfig cfg_;
   std::string head_ = "markov", precision_ = "bf16";
   int64_t draft_vocab_ = 0;
+  std::optional<uint64_t> split_seed_;
   bool quiet_ = false;
 };
 

@@ -74,13 +74,18 @@ std::string read_file(const std::string& path) {
 // The fields that must not change across a resume (they define the data
 // order and the meaning of the saved step).
 nlohmann::json identity_json(const TrainConfig& c) {
-  return {{"seed", c.seed},
-          {"batch", c.batch},
-          {"anchors_per_seq", c.anchors_per_seq},
-          {"eval_fraction", c.eval_fraction},
-          {"eval_max_sequences", c.eval_max_sequences},
-          {"max_len", c.max_len}};
+  nlohmann::json j = {{"seed", c.seed},
+                      {"batch", c.batch},
+                      {"anchors_per_seq", c.anchors_per_seq},
+                      {"eval_fraction", c.eval_fraction},
+                      {"eval_max_sequences", c.eval_max_sequences},
+                      {"max_len", c.max_len}};
+  // Only when it differs from the seed, so checkpoints from before the option match.
+  if (c.split_seed && *c.split_seed != c.seed) j["split_seed"] = *c.split_seed;
+  return j;
 }
+
+uint64_t split_seed_of(const TrainConfig& c) { return c.split_seed.value_or(c.seed); }
 
 nlohmann::json config_json(const TrainConfig& c) {
   nlohmann::json j = identity_json(c);
@@ -290,7 +295,7 @@ struct Trainer::Impl {
     const size_t n = data.sequences.size();
     std::vector<size_t> all(n);
     std::iota(all.begin(), all.end(), size_t{0});
-    std::mt19937_64 r(cfg.seed ^ kSplitSalt);
+    std::mt19937_64 r(split_seed_of(cfg) ^ kSplitSalt);
     shuffle(all, r);
     size_t n_eval = n >= 2 ? static_cast<size_t>(std::floor(cfg.eval_fraction * static_cast<double>(n))) : 0;
     n_eval = std::min<size_t>(n_eval, static_cast<size_t>(cfg.eval_max_sequences));
@@ -312,7 +317,7 @@ struct Trainer::Impl {
     }
     eval_anchors.clear();
     for (size_t i : eval_idx) {
-      std::mt19937_64 r2(cfg.seed ^ kEvalSalt ^ (static_cast<uint64_t>(i) * kEpochSalt));
+      std::mt19937_64 r2(split_seed_of(cfg) ^ kEvalSalt ^ (static_cast<uint64_t>(i) * kEpochSalt));
       eval_anchors.push_back(sample_anchors(mask(i), cfg.eval_anchors_per_seq, r2));
     }
   }

@@ -42,6 +42,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -80,7 +81,11 @@ struct TrainConfig {
   int64_t save_every = 500;    // checkpoint period in steps (0: only at the end)
   int64_t eval_every = 250;    // evaluation period in steps (0: only at the end)
   int64_t log_every = 10;      // Lines mode / metrics.jsonl period
-  uint64_t seed = 0;           // drafter init, data order, anchors, eval split
+  uint64_t seed = 0;           // drafter init, data order, anchors (and the eval split unless split_seed)
+  /// Seed of the held-out split and its anchors; unset = `seed`. Runs that
+  /// continue one another (--init) should share it, so that none trains on
+  /// another's held-out sequences and their evaluations compare.
+  std::optional<uint64_t> split_seed;
   LossOptions loss;            // weights and gamma_decay
   double eval_fraction = 0.02; // share of sequences held out for evaluation
   int eval_max_sequences = 16; // cap on held-out sequences
