@@ -16,8 +16,8 @@
 #include <fstream>
 #include <memory>
 #include <random>
-#include <set>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -30,6 +30,7 @@
 #include "dspark/spec/speculative.hpp"
 #include "dspark/train/data.hpp"
 #include "dspark/train/draft_vocab.hpp"
+#include "dspark/train/feature_cache.hpp"
 #include "dspark/train/regen.hpp"
 #include "dspark/train/trainer.hpp"
 #include "test_util.hpp"
@@ -198,6 +199,82 @@ TEST(TrainTrainer, ResumeContinuesBitForBit) {
   TrainConfig ce = s.config(data, s.dir.file("none"));
   ce.resume = true;
   EXPECT_THROW(Trainer(ce, *s.target), Error);
+}
+
+TEST(TrainTrainer, DiskFeatureCacheGivesTheSameSteps) {
+  TinySetup s;
+  const std::string data = s.dir.file("data");
+  write_dataset(data, s.target->info().id, random_sequences(5, 30, 6, s.target->info().vocab, 3));
+  const std::string cache = s.dir.file("cache");
+  auto run = [&](const std::string& out, const std::string& cache_dir, int64_t* target_tokens) {
+    TrainConfig c = s.config(data, s.dir.file(out));
+    c.feature_cache_dir = cache_dir;
+    Trainer t(c, *s.target);
+    std::vector<double> losses;
+    for (int i = 0; i < 4; ++i) {
+      const StepStats st = t.step();
+      losses.push_back(st.loss);
+      if (target_tokens) *target_tokens += st.tokens;
+    }
+    return losses;
+  };
+  int64_t first = 0, again = 0;
+  const auto plain = run("a", "", nullptr);
+  // 4 steps of 2 sequences visit all 5 (and revisit some, read back from disk).
+  EXPECT_EQ(run("b", cache, &first), plain);
+  EXPECT_GT(first, 0);
+  int files = 0;
+  for (const auto& e : fs::directory_iterator(cache)) files += e.path().extension() == ".bin";
+  EXPECT_EQ(files, 5);
+  EXPECT_TRUE(fs::exists(fs::path(cache) / "cache.json"));
+  // A second run reads every sequence from disk: the target never runs.
+  EXPECT_EQ(run("c", cache, &again), plain);
+  EXPECT_EQ(again, 0);
+  // A truncated entry is recomputed, with the same result.
+  const fs::path victim = fs::path(cache) / "seq-00000002.bin";
+  fs::resize_file(victim, fs::file_size(victim) / 2);
+  int64_t after = 0;
+  EXPECT_EQ(run("d", cache, &after), plain);
+  EXPECT_GT(after, 0);
+  // Another precision needs other features: refused, with both keys named.
+  TrainConfig c = s.config(data, s.dir.file("e"));
+  c.feature_cache_dir = cache;
+  c.precision = MatmulPrecision::Float32;
+  try {
+    Trainer t(c, *s.target);
+    FAIL() << "no error";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("this feature cache holds features for"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("\"dtype\":\"f32\""), std::string::npos) << e.what();
+  }
+}
+
+TEST(TrainFeatureCache, EntriesBelongToTheirTokens) {
+  test::TempDir dir;
+  const FeatureCacheKey key{"llama/x", {1, 3}, 64, true, true};
+  DiskFeatureCache cache(dir.file("c"), key);
+  EXPECT_EQ(feature_bytes_per_token(key, 8), 3 * 8 * 2 + 12);
+  TargetFeatures f{at::randn({4, 16}).to(at::kBFloat16), at::randn({4, 8}).to(at::kBFloat16), at::randn({4}),
+                   at::arange(4, at::kLong)};
+  const std::vector<TokenId> toks = {5, 6, 7, 8}, other = {5, 6, 7, 9};
+  EXPECT_FALSE(cache.get(0, toks));
+  cache.put(0, toks, f);
+  EXPECT_EQ(cache.writes(), 1);
+  const auto back = cache.get(0, toks);
+  ASSERT_TRUE(back);
+  EXPECT_TRUE(at::equal(back->taps, f.taps));
+  EXPECT_TRUE(at::equal(back->final_hidden, f.final_hidden));
+  EXPECT_TRUE(at::equal(back->lse, f.lse));
+  EXPECT_TRUE(at::equal(back->argmax, f.argmax));
+  // Another sequence content at the same index (the data set changed): not used.
+  EXPECT_FALSE(cache.get(0, other));
+  EXPECT_FALSE(cache.get(1, toks));
+  EXPECT_EQ(cache.hits(), 1);
+  // The same directory with the same key opens; with another key it is refused.
+  EXPECT_NO_THROW(DiskFeatureCache(dir.file("c"), key));
+  FeatureCacheKey k2 = key;
+  k2.tap_layers = {1, 2};
+  EXPECT_THROW(DiskFeatureCache(dir.file("c"), k2), InvalidArgument);
 }
 
 TEST(TrainTrainer, SplitSeedFixesTheHeldOutSetAcrossSeeds) {

@@ -63,6 +63,9 @@ class TrainCommand : public Command {
     app_->add_option("--feature-cache-mb", c.feature_cache_mb,
                      "keep target features of up to this many MiB in memory (0: recompute)")
         ->capture_default_str();
+    app_->add_option("--feature-cache-dir", c.feature_cache_dir,
+                     "keep target features on disk in DIR (bf16, one file per sequence; later passes and "
+                     "runs skip the target)");
     app_->add_option("--precision", precision_, "matmul precision: bf16 or fp32")->capture_default_str();
     app_->add_option("--draft-vocab", draft_vocab_,
                      "give a fresh or --init drafter without one a draft vocabulary of this many of the "

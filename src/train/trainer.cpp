@@ -21,6 +21,7 @@
 #include "dspark/spec/checkpoint.hpp"
 #include "dspark/train/data.hpp"
 #include "dspark/train/drafter_graph.hpp"
+#include "dspark/train/feature_cache.hpp"
 
 namespace dspark::train {
 
@@ -157,21 +158,16 @@ struct Trainer::Impl {
   // vocabulary also the full-vocabulary logsumexp [L] fp32 and argmax [L]
   // int64 of the target's logits at every position (from the unrounded
   // hidden).
-  struct Features {
-    at::Tensor taps, final_hidden, lse, argmax;
-    int64_t bytes() const {
-      return taps.nbytes() + final_hidden.nbytes() + (lse.defined() ? lse.nbytes() : 0) +
-             (argmax.defined() ? argmax.nbytes() : 0);
-    }
-    /// The fp32 view the graph and the loss read.
-    Features as_float() const {
-      return {taps.to(at::kFloat), final_hidden.to(at::kFloat), lse, argmax};
-    }
-  };
+  using Features = TargetFeatures;
+  /// The fp32 view the graph and the loss read.
+  static Features as_float(const Features& f) {
+    return {f.taps.to(at::kFloat), f.final_hidden.to(at::kFloat), f.lse, f.argmax};
+  }
   std::unordered_map<size_t, Features> eval_cache;
   std::unordered_map<size_t, std::pair<Features, std::list<size_t>::iterator>> cache;
   std::list<size_t> lru;
   int64_t cache_bytes = 0;
+  std::unique_ptr<DiskFeatureCache> disk;  // --feature-cache-dir
 
   Impl(TrainConfig c, TargetModel& t) : cfg(std::move(c)), target(t) {}
 
@@ -223,15 +219,22 @@ struct Trainer::Impl {
 
   Features features(size_t i, bool eval, double& seconds, int64_t& n_tokens) {
     if (eval) {
-      if (auto it = eval_cache.find(i); it != eval_cache.end()) return it->second.as_float();
+      if (auto it = eval_cache.find(i); it != eval_cache.end()) return as_float(it->second);
     } else if (auto it = cache.find(i); it != cache.end()) {
       lru.splice(lru.begin(), lru, it->second.second);
-      return it->second.first.as_float();
+      return as_float(it->second.first);
     }
-    const auto t0 = Clock::now();
-    Features f = run_target(i);
-    seconds += since(t0);
-    n_tokens += f.taps.size(0);
+    std::optional<Features> stored = !eval && disk ? disk->get(i, tokens(i)) : std::nullopt;
+    Features f;
+    if (stored) {
+      f = std::move(*stored);
+    } else {
+      const auto t0 = Clock::now();
+      f = run_target(i);
+      seconds += since(t0);
+      n_tokens += f.taps.size(0);
+      if (!eval && disk) disk->put(i, tokens(i), f);
+    }
     if (eval) {
       eval_cache.emplace(i, f);
     } else if (cfg.feature_cache_mb > 0 && f.bytes() <= cfg.feature_cache_mb * (int64_t{1} << 20)) {
@@ -245,7 +248,24 @@ struct Trainer::Impl {
       cache.emplace(i, std::make_pair(f, lru.begin()));
       cache_bytes += f.bytes();
     }
-    return f.as_float();
+    return as_float(f);
+  }
+
+  // Opens the --feature-cache-dir cache and prints its size estimate.
+  void open_disk_cache() {
+    const DrafterConfig& dc = drafter->config();
+    FeatureCacheKey key{target.info().id, dc.tap_layers, max_len(), cfg.precision == MatmulPrecision::BFloat16,
+                        draft_vocab()};
+    disk = std::make_unique<DiskFeatureCache>(cfg.feature_cache_dir, key);
+    if (cfg.progress == Progress::None) return;
+    int64_t n_tokens = 0;
+    for (size_t i : train_idx) n_tokens += static_cast<int64_t>(tokens(i).size());
+    const int64_t per = feature_bytes_per_token(key, target.info().hidden);
+    const double gb = static_cast<double>(n_tokens * per) / 1e9, free_gb = static_cast<double>(disk->free_bytes()) / 1e9;
+    std::fprintf(stderr, "feature cache %s: %zu sequences, %lld tokens x %.1f KB = %.1f GB when full; %.1f GB free there%s\n",
+                 cfg.feature_cache_dir.c_str(), train_idx.size(), static_cast<long long>(n_tokens),
+                 static_cast<double>(per) / 1e3, gb, free_gb,
+                 free_gb < gb + 1.0 ? " (it stops growing 1 GB short of full; the rest is recomputed)" : "");
   }
 
   void new_epoch_order() {
@@ -480,6 +500,7 @@ Trainer::Trainer(TrainConfig cfg, TargetModel& target) : impl_(std::make_unique<
     m.setup_params_and_optimizer();
     m.new_epoch_order();
   }
+  if (!m.cfg.feature_cache_dir.empty()) m.open_disk_cache();
 }
 
 Trainer::~Trainer() = default;

@@ -5,8 +5,8 @@
 // order (a new permutation per epoch), and up to `anchors_per_seq` anchors are
 // sampled from each (see sample_anchors). For every visited sequence the
 // target is run once over its tokens with hidden-state taps (context features
-// and the final-normed hidden, from which the target distributions come);
-// nothing is cached on disk. The drafter's teacher-forced forward
+// and the final-normed hidden, from which the target distributions come;
+// see below for keeping them). The drafter's teacher-forced forward
 // (DrafterGraph) and the DSpark loss (Eq. 9-12) are evaluated per sequence and
 // back-propagated, normalized by the batch's total position weight, so the
 // step's gradient is that of the w-weighted mean over the whole batch. Then:
@@ -20,6 +20,12 @@
 // mass outside counting in L1 (see loss.hpp). The target's full-vocabulary
 // logsumexp and argmax per position are then computed with its features
 // (and cached with them).
+//
+// Target features are recomputed on every visit unless kept: in memory
+// (feature_cache_mb, least recently used out first) and/or on disk
+// (feature_cache_dir, DiskFeatureCache: one file per sequence, reused by later
+// passes and later runs with the same target, taps, max_len and precision).
+// Either way a step equals a recomputed step bit for bit.
 //
 // Output directory layout:
 //   OUT/dspark.json, OUT/model.safetensors   the drafter, bf16 (loadable by
@@ -92,6 +98,7 @@ struct TrainConfig {
   int eval_anchors_per_seq = 32;
   int64_t max_len = 0;         // truncate sequences to this many tokens (0: the target's context)
   int64_t feature_cache_mb = 0;  // keep target features of up to this many MiB in memory
+  std::string feature_cache_dir;  // also keep them on disk there (DiskFeatureCache; "" = no)
   MatmulPrecision precision = MatmulPrecision::BFloat16;
   int keep_checkpoints = 2;    // step directories kept under checkpoints/
   bool resume = false;         // continue from OUT/checkpoints/latest.json
