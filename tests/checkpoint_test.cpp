@@ -229,6 +229,19 @@ TEST(Checkpoint, RefusesUnknownVariant) {
   EXPECT_MENTIONS(m, "dflash");
 }
 
+TEST(Checkpoint, RefusesNonFiniteWeights) {
+  TempDir tmp;
+  Drafter d = tiny_drafter(SeqHead::Markov, 4);
+  auto params = d.params();
+  const std::string name = params.begin()->first;
+  params.begin()->second = params.begin()->second.clone();
+  params.begin()->second.view(-1)[0] = NAN;
+  const std::string dir = tmp.file("nan");
+  save_drafter(Drafter(d.config(), params), dir, false);
+  const std::string m = message_of<FormatError>([&] { load_drafter(dir); });
+  EXPECT_MENTIONS(m, "tensor '" + name + "' holds NaN or infinite values");
+}
+
 TEST(Checkpoint, RefusesAnotherKindOrANewerVersion) {
   Saved s;
   json j = read_json(s.dir);

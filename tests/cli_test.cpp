@@ -263,6 +263,29 @@ TEST_F(Cli, AutoScheduleMeasuresAProfileOnFirstUse) {
   EXPECT_EQ(prof.at("sps").size(), 16u);
   EXPECT_EQ(prof.at("context"), 256);
   for (double v : prof.at("sps")) EXPECT_GT(v, 0.0);
+  // A damaged default profile is reported and measured again, not fatal.
+  std::ofstream(saved[0]) << "{bad";
+  r = run_dspark(gen, tmp, env);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find("warning: ignoring the SPS profile " + saved[0].string()), std::string::npos) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out).at("text"), nlohmann::json::parse(plain.out).at("text"));
+  EXPECT_EQ(nlohmann::json::parse(read_bytes(saved[0].string())).at("sps").size(), 16u);
+}
+
+TEST_F(Cli, OutputThatCannotBeWrittenIsAnError) {
+  if (!std::filesystem::exists("/dev/full")) GTEST_SKIP() << "no /dev/full";
+  const std::string err = (tmp.path() / "stderr").string();
+  for (const std::string args : {"generate -m smollm2 -p hi -n 4 --drafter none", "generate -m smollm2 -p hi -n 4 --json"}) {
+    const int rc = std::system((std::string(DSPARK_BINARY) + " " + args + " >/dev/full 2>" + err).c_str());
+    EXPECT_EQ(WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, 2) << args;
+    EXPECT_NE(read_bytes(err).find("error: cannot write the output: No space left on device"), std::string::npos)
+        << args << ": " << read_bytes(err);
+  }
+}
+
+TEST_F(Cli, EmptyDrafterArgument) {
+  expect_one_line_error(run_dspark("generate -m smollm2 -p hi -n 2 --drafter ''", tmp),
+                        "--drafter: expected a directory, 'none' or 'auto', got an empty string");
 }
 
 TEST_F(Cli, DirectoryWhereAFileBelongs) {

@@ -202,6 +202,9 @@ TEST(ServeApi, RejectsBadRequestsNamingTheField) {
   EXPECT_EQ(error_param(R"({"prompt": "hi", "top_k": -2})"), "top_k");
   EXPECT_EQ(error_param(R"({"prompt": "hi", "min_p": 2})"), "min_p");
   EXPECT_EQ(error_param(R"({"prompt": "hi", "seed": "x"})"), "seed");
+  EXPECT_EQ(error_param(R"({"prompt": "hi", "seed": -5})"), "seed");
+  // -1 asks for a random seed, as on the command line.
+  EXPECT_FALSE(parse_request(R"({"prompt": "hi", "seed": -1})", Endpoint::Completions, SamplingParams{}).seed_given);
   EXPECT_EQ(error_param(R"({"prompt": "hi", "stop": [1]})"), "stop");
   EXPECT_EQ(error_param(R"({"prompt": "hi", "stream": 1})"), "stream");
   EXPECT_EQ(error_param(R"({"prompt": "hi", "n": 2})"), "n");

@@ -404,6 +404,30 @@ TEST(SpecFinish, ContextFull) {
   EXPECT_EQ(fails.count, 0) << fails.str();
 }
 
+TEST(SpecErrors, NonFiniteLogitsAreAnError) {
+  // Corrupt weights show as NaN or +inf logits: an error naming the token,
+  // not garbage text. -inf (a masked token) is fine.
+  std::vector<float> logits = {0.5f, -INFINITY, 2.0f, 1.0f};
+  EXPECT_EQ(argmax(logits.data(), 4), 2);
+  SamplingParams p;
+  p.temperature = 0.8f;
+  EXPECT_EQ(process_logits(logits.data(), 4, p).ids.front(), 2);
+  for (float badv : {NAN, INFINITY}) {
+    logits[3] = badv;
+    for (int which = 0; which < 2; ++which) {
+      try {
+        if (which == 0) argmax(logits.data(), 4);
+        else process_logits(logits.data(), 4, p);
+        ADD_FAILURE() << "accepted " << badv;
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find(std::isnan(badv) ? "a NaN logit (token 3)" : "an infinite logit (token 3)"),
+                  std::string::npos)
+            << e.what();
+      }
+    }
+  }
+}
+
 TEST(SpecErrors, SameRefusalsAsPlain) {
   DSPARK_REAL_MODEL(lm);
   TargetModel& target = *lm.target;

@@ -38,7 +38,7 @@ class BenchCommand : public Command {
     sampling_.temperature = 0.f;  // greedy unless --temp says otherwise
     add_sampling_options(*app_, sampling_);
     app_->add_option("--runs", runs_, "repetitions (medians reported)")->check(CLI::Range(1, 100));
-    app_->add_option("--limit", limit_, "use only the first N prompts")->check(non_negative_integer());
+    app_->add_option("--limit", limit_, "use only the first N prompts (0 = all)")->check(non_negative_integer());
     app_->add_flag("--raw", raw_, "do not apply the chat template");
     app_->add_flag("--json", json_, "print one JSON object");
   }
@@ -66,14 +66,23 @@ class BenchCommand : public Command {
     for (int run = 0; run < runs_; ++run) {
       double plain_tokens = 0, plain_s = 0, spec_tokens = 0, spec_s = 0, pre_tokens = 0, pre_s = 0;
       for (size_t i = 0; i < prompts.size(); ++i) {
-        const auto ids = m.encode_prompt(prompts[i].text, !raw_);
+        std::vector<TokenId> ids;
+        try {
+          ids = m.encode_prompt(prompts[i].text, !raw_);
+        } catch (const Error& e) {
+          throw Error("prompt '" + prompts[i].id + "': " + e.what());
+        }
         GenerateResult plain, sp;
         auto run_plain = [&] { plain = generate_plain(*m.target, ids, opts); };
         auto run_spec = [&] {
           if (drafter) sp = generate_speculative(*m.target, *drafter, ids, opts, spec);
         };
         // Alternate the order so neither mode always runs on a warmer cache.
-        if (i % 2 == 0) { run_plain(); run_spec(); } else { run_spec(); run_plain(); }
+        try {
+          if (i % 2 == 0) { run_plain(); run_spec(); } else { run_spec(); run_plain(); }
+        } catch (const Error& e) {
+          throw Error("prompt '" + prompts[i].id + "': " + e.what());
+        }
         plain_tokens += plain.stats.generated_tokens;
         plain_s += plain.stats.decode_s;
         pre_tokens += plain.stats.prompt_tokens;

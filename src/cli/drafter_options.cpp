@@ -78,6 +78,7 @@ std::string shipped_drafter_for_target(const std::string& target_id) {
 std::unique_ptr<Drafter> DrafterOptions::load(const std::string& model_arg, const TargetModel& target) const {
   target_id_ = target.info().id;
   std::string dir = drafter;
+  if (dir.empty()) throw InvalidArgument("--drafter: expected a directory, 'none' or 'auto', got an empty string");
   if (dir == "none") return nullptr;
   if (dir == "auto") {
     dir = shipped_drafter_dir(model_arg);
@@ -119,9 +120,21 @@ SpecOptions DrafterOptions::spec(TargetModel* target) const {
   std::string schedule = this->schedule;
   if (schedule == "auto") {
     const bool explicit_pruning = min_conf >= 0 || !thresholds.empty();
-    bool have_profile = !profile.empty() || measured_sps_.has_value() ||
-                        (!target_id_.empty() && std::filesystem::exists(default_profile_path(target_id_)));
-    if (!have_profile && !explicit_pruning && !no_prune && target != nullptr && drafter_gamma_ > 0) {
+    bool have_profile = !profile.empty() || measured_sps_.has_value();
+    const bool wants_profile = !explicit_pruning && !no_prune && drafter_gamma_ > 0;
+    if (!have_profile && wants_profile && std::filesystem::exists(default_profile_path(target_id_))) {
+      // The default profile was written by this program; when it cannot be
+      // read (damaged, or from an incompatible version), measure a new one
+      // rather than failing every run.
+      try {
+        measured_sps_ = load_sps_profile(default_profile_path(target_id_)).sps;
+        have_profile = true;
+      } catch (const Error& e) {
+        std::cerr << "warning: ignoring the SPS profile " << default_profile_path(target_id_) << ": " << e.what()
+                  << "\n";
+      }
+    }
+    if (!have_profile && wants_profile && target != nullptr) {
       measure_profile(*target, drafter_gamma_);
       have_profile = measured_sps_.has_value();
     }

@@ -4,8 +4,10 @@
 
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
-
+#include <cstring>
 #include <iostream>
 #include <memory>
 #include <vector>
@@ -89,8 +91,16 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    for (auto& [sub, cmd] : commands)
-      if (sub->parsed()) return cmd->run();
+    for (auto& [sub, cmd] : commands) {
+      if (!sub->parsed()) continue;
+      const int rc = cmd->run();
+      // Output that could not be written (a full disk, a closed pipe) is an error, not a success.
+      std::cout.flush();
+      if (std::fflush(stdout) != 0 || std::ferror(stdout) || !std::cout)
+        throw dspark::Error(std::string("cannot write the output: ") +
+                            (errno != 0 ? std::strerror(errno) : "write error"));
+      return rc;
+    }
   } catch (const dspark::Error& e) {
     std::cerr << "error: " << e.what() << "\n";
     return 2;

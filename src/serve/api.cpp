@@ -160,8 +160,9 @@ ApiRequest parse_request(std::string_view body, Endpoint endpoint, const Samplin
     r.sampling.min_p = static_cast<float>(*p);
   }
   if (auto s = get_int(j, "seed")) {
+    if (*s < -1) throw RequestError("'seed' must be >= 0 (or -1: a random seed), got " + std::to_string(*s), "seed");
     r.sampling.seed = static_cast<uint64_t>(*s);
-    r.seed_given = true;
+    r.seed_given = *s != -1;
   }
   if (auto n = get_int(j, "n"); n && *n != 1)
     throw RequestError("'n' must be 1 (one choice per request), got " + std::to_string(*n), "n");

@@ -212,7 +212,11 @@ Drafter load_drafter(const std::string& dir) {
     Drafter fresh = Drafter::init(cfg, 0);
     params = fresh.params();
   }
-  for (auto& [name, t] : data.tensors) params[name] = t.to(at::kFloat);
+  for (auto& [name, t] : data.tensors) {
+    params[name] = t.to(at::kFloat);
+    if (!at::isfinite(params[name]).all().item<bool>())
+      throw FormatError(weights + ": tensor '" + name + "' holds NaN or infinite values (a diverged or corrupt drafter)");
+  }
   try {
     return Drafter(cfg, std::move(params));
   } catch (const FormatError& e) {
@@ -229,9 +233,9 @@ void check_drafter_matches(const DrafterConfig& c, const TargetInfo& t) {
                           std::to_string(t.vocab) + ")");
   }
   for (int l : c.tap_layers)
-    if (l >= t.n_layers)
-      throw InvalidArgument("drafter taps target layer " + std::to_string(l) + " but the target has " +
-                            std::to_string(t.n_layers) + " layers");
+    if (l < 0 || l >= t.n_layers)
+      throw InvalidArgument("drafter taps target layer " + std::to_string(l) + " but the target has layers 0.." +
+                            std::to_string(t.n_layers - 1));
 }
 
 }  // namespace dspark

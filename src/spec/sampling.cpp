@@ -5,6 +5,7 @@
 #include <cmath>
 #include <numeric>
 #include <sstream>
+#include <string>
 
 #include "dspark/error.hpp"
 
@@ -34,15 +35,32 @@ float Distribution::prob(TokenId id) const {
   return 0.f;
 }
 
+namespace {
+// NaN or +inf logits come from corrupt or overflowing weights; decoding
+// them would print garbage with a success status.
+[[noreturn]] void bad_logits(int64_t i, float v) {
+  throw Error("the model produced " + std::string(std::isnan(v) ? "a NaN" : "an infinite") + " logit (token " +
+              std::to_string(i) + "): its weights are corrupt or overflow");
+}
+}  // namespace
+
 TokenId argmax(const float* logits, int64_t V) {
   int64_t best = 0;
-  for (int64_t i = 1; i < V; ++i)
+  bool bad = !(logits[0] < INFINITY);
+  for (int64_t i = 1; i < V; ++i) {
+    bad |= !(logits[i] < INFINITY);  // NaN or +inf
     if (logits[i] > logits[best]) best = i;
+  }
+  if (bad)
+    for (int64_t i = 0; i < V; ++i)
+      if (!(logits[i] < INFINITY)) bad_logits(i, logits[i]);
   return static_cast<TokenId>(best);
 }
 
 Distribution process_logits(const float* logits, int64_t V, const SamplingParams& p) {
   if (p.greedy()) throw InvalidArgument("process_logits: greedy parameters have no distribution");
+  for (int64_t i = 0; i < V; ++i)
+    if (!(logits[i] < INFINITY)) bad_logits(i, logits[i]);
   const float inv_t = 1.f / p.temperature;
   // Candidate order: descending logit, ascending id.
   auto before = [&](TokenId a, TokenId b) {

@@ -49,10 +49,12 @@ struct Distribution {
   size_t size() const { return ids.size(); }
 };
 
-/// Argmax of logits [V] (ties: smallest id).
+/// Argmax of logits [V] (ties: smallest id). Throws dspark::Error naming the
+/// token when a logit is NaN or +inf (corrupt or overflowing weights).
 TokenId argmax(const float* logits, int64_t V);
 
 /// Applies steps 1-6 to logits [V] (fp32). Requires !params.greedy().
+/// Throws dspark::Error for a NaN or +inf logit, as argmax does.
 Distribution process_logits(const float* logits, int64_t V, const SamplingParams& params);
 
 /// The RNG used for every sampling decision: a 64-bit Mersenne twister.
