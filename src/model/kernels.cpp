@@ -276,31 +276,9 @@ void rope_pairs(float* x, int64_t T, int64_t row_stride, int64_t n_heads, int64_
 
 namespace {
 
-// scores[j] = dot(q, K_j) * scale for j < L, K_j = K + j*hd. Keys go 16 at a
-// time: one accumulator per key over hd in steps of 16 (the same FMA sequence
-// as dot_avx512), then reduce16, which applies hsum16's tree to all 16 at
-// once. So every score equals dot(q, K_j) * scale bit for bit, whatever L is.
-__attribute__((target("avx512f"))) void scores_avx512(const float* q, const float* K, int64_t L,
-                                                      int64_t hd, float scale, float* scores) {
-  int64_t j = 0;
-  for (; j + 16 <= L; j += 16) {
-    __m512 acc[16];
-    for (int a = 0; a < 16; ++a) {
-      const float* kr = K + (j + a) * hd;
-      __m512 s = _mm512_setzero_ps();
-      for (int64_t d = 0; d < hd; d += 16) s = _mm512_fmadd_ps(_mm512_loadu_ps(q + d), _mm512_loadu_ps(kr + d), s);
-      acc[a] = s;
-    }
-    alignas(64) float r[16];
-    _mm512_store_ps(r, reduce16(acc));
-    for (int a = 0; a < 16; ++a) scores[j + a] = r[lane_of(a)] * scale;
-  }
-  for (; j < L; ++j) scores[j] = dot_avx512(q, K + j * hd, hd) * scale;
-}
-
 // acc[d] = Σ_j p[j] * V_j[d] for d < hd (hd % 16 == 0), V_j = V + j*hd, summed
-// over j in order with a multiply then an add per term (the portable loop's
-// rounding). 64 columns at a time stay in registers across all keys.
+// over j in order with one fused multiply-add per term. 64 columns at a time
+// stay in registers across all keys.
 __attribute__((target("avx512f"))) void pv_avx512(const float* p, const float* V, int64_t L, int64_t hd,
                                                   float* acc) {
   for (int64_t d0 = 0; d0 < hd; d0 += 64) {
@@ -309,7 +287,7 @@ __attribute__((target("avx512f"))) void pv_avx512(const float* p, const float* V
     for (int64_t j = 0; j < L; ++j) {
       const __m512 pj = _mm512_set1_ps(p[j]);
       const float* vr = V + j * hd + d0;
-      for (int c = 0; c < nc; ++c) a[c] = _mm512_add_ps(a[c], _mm512_mul_ps(pj, _mm512_loadu_ps(vr + 16 * c)));
+      for (int c = 0; c < nc; ++c) a[c] = _mm512_fmadd_ps(pj, _mm512_loadu_ps(vr + 16 * c), a[c]);
     }
     for (int c = 0; c < nc; ++c) _mm512_storeu_ps(acc + d0 + 16 * c, a[c]);
   }
@@ -321,12 +299,16 @@ __attribute__((target("avx512f"))) void pv_avx512(const float* p, const float* V
 // reads each key and value row once per pass instead of once per query, which
 // is what bounds attention over a long cache (the rows come from L2). Every
 // (query, key) score and every output element is computed with exactly the
-// operations, in exactly the order, of scores_avx512 / pv_avx512, so results
-// are bitwise those of the one-query path, whatever queries share a pass.
+// operations, in exactly the order, of the one-query path (pv_avx512), so
+// results do not depend on which queries share a pass.
 
 constexpr int kMaxQueries = 6;  // 4 accumulators each for hd 64: 24 of 32 zmm
 
-// scores[i][j] = dot(q[i], K_j) * scale for j < L[i], like scores_avx512.
+// scores[i][j] = dot(q[i], K_j) * scale for j < L[i], K_j = K + j*hd. Keys go
+// 16 at a time: one accumulator per key over hd in steps of 16 (the same FMA
+// sequence as dot_avx512), then reduce16, which applies hsum16's tree to all
+// 16 at once; the rest one by one with dot_avx512. So every score equals
+// dot(q, K_j) * scale bit for bit, whatever L and the other queries are.
 __attribute__((target("avx512f"))) void scores_multi(const float* const* q, int nq, const float* K,
                                                      const int64_t* L, int64_t hd, float scale,
                                                      float* const* scores) {
@@ -353,7 +335,7 @@ __attribute__((target("avx512f"))) void scores_multi(const float* const* q, int 
 }
 
 // acc[i][d] += Σ_{j0 <= j < j1} p[i][j] * V_j[d] for NQ queries, hd % 64 == 0:
-// per element a multiply then an add, over j in order (pv_avx512's rounding).
+// per element one fused multiply-add, over j in order (pv_avx512's rounding).
 template <int NQ>
 __attribute__((target("avx512f"))) void pv_multi(const float* const* p, const float* V, int64_t j0,
                                                  int64_t j1, int64_t hd, float* const* acc) {
@@ -367,7 +349,7 @@ __attribute__((target("avx512f"))) void pv_multi(const float* const* p, const fl
       for (int c = 0; c < 4; ++c) v[c] = _mm512_loadu_ps(vr + 16 * c);
       for (int i = 0; i < NQ; ++i) {
         const __m512 pj = _mm512_set1_ps(p[i][j]);
-        for (int c = 0; c < 4; ++c) a[i][c] = _mm512_add_ps(a[i][c], _mm512_mul_ps(pj, v[c]));
+        for (int c = 0; c < 4; ++c) a[i][c] = _mm512_fmadd_ps(pj, v[c], a[i][c]);
       }
     }
     for (int i = 0; i < NQ; ++i)
@@ -473,7 +455,8 @@ void attention(const float* q, int64_t q_stride, const float* K, const float* V,
       const float* Vg = V + g * cap * hd;
       const int64_t L = causal ? n_past + t + 1 : n_past + T;
       if (fast) {
-        scores_avx512(qv, Kg, L, hd, scale, p.data());
+        float* ps = p.data();
+        scores_multi(&qv, 1, Kg, &L, hd, scale, &ps);
       } else {
         for (int64_t j = 0; j < L; ++j) p[j] = dot(qv, Kg + j * hd, hd) * scale;
       }

@@ -55,8 +55,8 @@ void rope_pairs(float* x, int64_t T, int64_t row_stride, int64_t n_heads, int64_
 /// 0..n_past+T-1 (bidirectional inside the block, as the drafter needs).
 /// out: [T, n_heads*hd] bf16. Each (t, head) pair is computed independently
 /// (batch invariant); with AVX-512 and hd % 16 == 0, scores go 16 keys per
-/// reduction and P·V keeps its accumulators in registers, with exactly the
-/// scalar path's operation order per element. With hd % 64 == 0, up to six
+/// reduction and P·V keeps its accumulators in registers, in the scalar
+/// path's order per element (P·V by fused multiply-adds). With hd % 64 == 0, up to six
 /// queries of one KV group share each pass over its keys and values (same
 /// operations per element, so the same bits).
 /// Parallel over (group, t, head); the split never changes a result.
