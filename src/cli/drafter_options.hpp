@@ -51,7 +51,7 @@ struct DrafterOptions {
   mutable std::string target_id_;     // set by load()
   mutable std::string resolved_dir_;  // set by load()
   mutable int drafter_gamma_ = 0;     // set by load() when a drafter is loaded
-  mutable std::optional<std::vector<double>> measured_sps_;  // set by spec(target) when it measured
+  mutable std::optional<std::vector<double>> measured_sps_;  // the default profile, read or measured by spec()
 };
 
 /// Directory of the drafter shipped for a model alias, or "" when none.
