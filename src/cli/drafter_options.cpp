@@ -93,9 +93,9 @@ std::unique_ptr<Drafter> DrafterOptions::load(const std::string& model_arg, cons
   return d;
 }
 
-void DrafterOptions::measure_profile(TargetModel& target, int drafter_gamma) const {
+void DrafterOptions::measure_profile(TargetModel& target) const {
   SpsProfileOptions o;
-  o.bmax = std::max(16, (gamma > 0 ? gamma : drafter_gamma) + 1);
+  o.bmax = std::max(16, (gamma > 0 ? gamma : drafter_gamma_) + 1);
   o.context = std::min<int64_t>(256, target.info().context - o.bmax - 1);
   if (o.context < 1) return;
   const bool tty = ::isatty(STDERR_FILENO) != 0;
@@ -135,7 +135,7 @@ SpecOptions DrafterOptions::spec(TargetModel* target) const {
       }
     }
     if (!have_profile && wants_profile && target != nullptr) {
-      measure_profile(*target, drafter_gamma_);
+      measure_profile(*target);
       have_profile = measured_sps_.has_value();
     }
     schedule = no_prune ? "off" : have_profile && !explicit_pruning ? "sps" : "thresholds";

@@ -46,7 +46,7 @@ struct DrafterOptions {
   const std::string& resolved_dir() const { return resolved_dir_; }
 
  private:
-  void measure_profile(TargetModel& target, int drafter_gamma) const;
+  void measure_profile(TargetModel& target) const;
 
   mutable std::string target_id_;     // set by load()
   mutable std::string resolved_dir_;  // set by load()
