@@ -386,9 +386,9 @@ TEST(DequantQ6_K, MultiBlockAllQhPatterns) {
 
 TEST(DequantErrors, SupportedSet) {
   for (GGMLType t : {GGMLType::F32, GGMLType::F16, GGMLType::BF16, GGMLType::Q4_0, GGMLType::Q4_1,
-                     GGMLType::Q8_0, GGMLType::Q4_K, GGMLType::Q6_K})
+                     GGMLType::Q5_0, GGMLType::Q8_0, GGMLType::Q4_K, GGMLType::Q6_K})
     EXPECT_TRUE(dequant_supported(id(t))) << id(t);
-  for (uint32_t t : {5u, 6u, 7u, 9u, 10u, 11u, 13u, 15u, 24u, 28u, 99u})
+  for (uint32_t t : {5u, 7u, 9u, 10u, 11u, 13u, 15u, 24u, 28u, 99u})
     EXPECT_FALSE(dequant_supported(t)) << t;
 }
 

@@ -3,7 +3,7 @@
 // hand-computed cases, and batch invariance — a row's result must be
 // bitwise identical whatever batch it is computed in and however many threads
 // run, which greedy speculative decoding relies on.
-#include "dspark/model/kernels.hpp"
+#include "dspark/ops/kernels.hpp"
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -20,20 +20,13 @@
 #include <vector>
 
 #include "dspark/error.hpp"
+#include "test_util.hpp"
 
 namespace {
 
-namespace k = dspark::kernels;
+namespace k = dspark::ops;
 
-// Restores the ATen intra-op thread count on scope exit.
-class ThreadCount {
- public:
-  explicit ThreadCount(int n) : saved_(at::get_num_threads()) { at::set_num_threads(n); }
-  ~ThreadCount() { at::set_num_threads(saved_); }
-
- private:
-  int saved_;
-};
+using dspark::test::ThreadCount;
 
 std::vector<float> randn(size_t n, std::mt19937& rng, float scale = 1.f) {
   std::normal_distribution<float> d(0.f, scale);
@@ -381,27 +374,25 @@ TEST(KernelsAttention, MatchesAtenReference) {
                  std::to_string(c.H) + " n_kv=" + std::to_string(c.n_kv) + " hd=" + std::to_string(c.hd));
     const AttnData a = make_attn(c, rng);
     const float scale = 1.f / std::sqrt(static_cast<float>(c.hd));
-    std::vector<uint16_t> out(c.T * c.H * c.hd);
+    std::vector<float> out(c.T * c.H * c.hd);
     k::attention(a.q.data(), a.q_stride, a.K.data(), a.V.data(), a.cap, c.n_past, c.T, c.H, c.n_kv,
                  c.hd, scale, out.data());
     const at::Tensor ref = attention_reference(c, a, scale);
     const double* r = ref.data_ptr<double>();
-    for (int64_t i = 0; i < c.T * c.H * c.hd; ++i) {
-      const double got = k::bf16_to_f32(out[i]);
-      ASSERT_NEAR(got, r[i], std::fabs(r[i]) * 0x1p-8 + 1e-4) << "element " << i;
-    }
+    for (int64_t i = 0; i < c.T * c.H * c.hd; ++i)
+      ASSERT_NEAR(out[i], r[i], std::fabs(r[i]) * 1e-5 + 1e-5) << "element " << i;
   }
 }
 
 TEST(KernelsAttention, FirstTokenReturnsItsValue) {
-  // With one key, softmax is 1: the output is V (rounded to bf16).
+  // With one key, softmax is 1: the output is V exactly.
   const AttnCase c{0, 1, 2, 1, 16};
   std::mt19937 rng(2);
   const AttnData a = make_attn(c, rng);
-  std::vector<uint16_t> out(2 * 16);
+  std::vector<float> out(2 * 16);
   k::attention(a.q.data(), a.q_stride, a.K.data(), a.V.data(), a.cap, 0, 1, 2, 1, 16, 0.25f, out.data());
   for (int h = 0; h < 2; ++h)
-    for (int e = 0; e < 16; ++e) EXPECT_EQ(out[h * 16 + e], k::f32_to_bf16(a.V[e])) << h << "," << e;
+    for (int e = 0; e < 16; ++e) EXPECT_EQ(out[h * 16 + e], a.V[e]) << h << "," << e;
 }
 
 // T queries in one call give the same bits as one call per query (with the
@@ -412,7 +403,7 @@ TEST(KernelsAttention, BatchInvariantBitwise) {
     const AttnData a = make_attn(c, rng);
     const float scale = 1.f / std::sqrt(static_cast<float>(c.hd));
     const int64_t row = c.H * c.hd;
-    std::vector<uint16_t> single(c.T * row);
+    std::vector<float> single(c.T * row);
     {
       ThreadCount tc(1);
       for (int64_t t = 0; t < c.T; ++t)
@@ -421,17 +412,17 @@ TEST(KernelsAttention, BatchInvariantBitwise) {
     }
     for (int threads : {1, 2}) {
       ThreadCount tc(threads);
-      std::vector<uint16_t> all(c.T * row);
+      std::vector<float> all(c.T * row);
       k::attention(a.q.data(), a.q_stride, a.K.data(), a.V.data(), a.cap, c.n_past, c.T, c.H, c.n_kv, c.hd,
                    scale, all.data());
-      EXPECT_EQ(std::memcmp(all.data(), single.data(), all.size() * sizeof(uint16_t)), 0)
+      EXPECT_EQ(std::memcmp(all.data(), single.data(), all.size() * sizeof(float)), 0)
           << "threads=" << threads << " n_past=" << c.n_past << " T=" << c.T;
       // A suffix of the queries on its own (as after a partial acceptance).
       const int64_t skip = c.T / 2;
-      std::vector<uint16_t> tail((c.T - skip) * row);
+      std::vector<float> tail((c.T - skip) * row);
       k::attention(a.q.data() + skip * a.q_stride, a.q_stride, a.K.data(), a.V.data(), a.cap, c.n_past + skip,
                    c.T - skip, c.H, c.n_kv, c.hd, scale, tail.data());
-      EXPECT_EQ(std::memcmp(tail.data(), single.data() + skip * row, tail.size() * sizeof(uint16_t)), 0)
+      EXPECT_EQ(std::memcmp(tail.data(), single.data() + skip * row, tail.size() * sizeof(float)), 0)
           << "threads=" << threads;
     }
   }
@@ -445,13 +436,13 @@ TEST(KernelsSiluMul, MatchesDoubleReference) {
   auto gu = randn(N * 2 * F, rng, 4.f);
   gu[0] = -100.f;  // silu saturates to -0
   gu[1] = 100.f;   // silu(x) = x
-  std::vector<uint16_t> out(N * F);
-  k::silu_mul_to_bf16(gu.data(), N, F, out.data());
+  std::vector<float> out(N * F);
+  k::silu_mul(gu.data(), N, F, out.data());
   for (int64_t n = 0; n < N; ++n)
     for (int64_t f = 0; f < F; ++f) {
       const double g = gu[n * 2 * F + f], u = gu[n * 2 * F + F + f];
       const double r = g / (1.0 + std::exp(-g)) * u;
-      ASSERT_NEAR(k::bf16_to_f32(out[n * F + f]), r, std::fabs(r) * 0x1p-8 + 1e-6) << n << "," << f;
+      ASSERT_NEAR(out[n * F + f], r, std::fabs(r) * 1e-6 + 1e-6) << n << "," << f;
     }
 }
 

@@ -4,6 +4,7 @@
 // Header-only (the test binary is built from tests/*_test.cpp alone).
 #pragma once
 
+#include <ATen/Parallel.h>
 #include <ATen/ATen.h>
 #include <c10/util/Half.h>
 #include <gtest/gtest.h>
@@ -27,6 +28,18 @@
 #include "dspark/io/gguf_writer.hpp"
 
 namespace dspark::test {
+
+/// Sets the ATen intra-op thread count for a scope, restoring it on exit.
+class ThreadCount {
+ public:
+  explicit ThreadCount(int n) : saved_(at::get_num_threads()) { at::set_num_threads(n); }
+  ~ThreadCount() { at::set_num_threads(saved_); }
+  ThreadCount(const ThreadCount&) = delete;
+  ThreadCount& operator=(const ThreadCount&) = delete;
+
+ private:
+  int saved_;
+};
 
 /// $DSPARK_HOME (default $HOME/.cache/dspark) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf".
 inline std::string model_path() {

@@ -47,7 +47,7 @@ class BenchCommand : public Command {
   int run() override {
     sampling_.validate();
     model_.apply_threads();
-    LoadedModel m = LoadedModel::load(model_.model);
+    LoadedModel m = LoadedModel::load(model_.model, model_.compute_mode());
     auto drafter = drafter_.load(model_.model, *m.target);
     auto prompts = train::read_prompts_jsonl(prompts_);
     if (limit_ > 0 && static_cast<size_t>(limit_) < prompts.size()) prompts.resize(limit_);

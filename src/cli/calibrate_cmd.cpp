@@ -136,7 +136,7 @@ class CalibrateCommand : public Command {
  private:
   // Real speculative decoding at full γ (no pruning) over the prompt set.
   std::vector<CalibrationRound> record_rounds(const std::string& dir, int& gamma) const {
-    LoadedModel m = LoadedModel::load(model_.model);
+    LoadedModel m = LoadedModel::load(model_.model, model_.compute_mode());
     Drafter d = load_drafter(dir);
     check_drafter_matches(d.config(), m.target->info());
     d.bind(*m.target);

@@ -53,7 +53,14 @@ void ModelOptions::add(CLI::App& app) {
   app.add_option("-t,--threads", threads, "CPU threads")->check(CLI::Range(1, 256))->capture_default_str();
   app.add_option("-c,--ctx-size", ctx_size, "context length in tokens (0 = the model's)")
       ->check(non_negative_integer());
+  app.add_option("--compute", compute,
+                 "matrix products: quant (on the GGUF's quantized blocks, int8 activations) or bf16 "
+                 "(weights dequantized to bf16)")
+      ->check(CLI::IsMember({"quant", "bf16"}))
+      ->capture_default_str();
 }
+
+ops::Compute ModelOptions::compute_mode() const { return compute == "bf16" ? ops::Compute::BF16 : ops::Compute::Quant; }
 
 void ModelOptions::apply_threads() const { at::set_num_threads(threads); }
 

@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "dspark/ops/linear.hpp"
 #include "dspark/spec/generate.hpp"
 #include "dspark/spec/sampling.hpp"
 
@@ -16,8 +17,11 @@ struct ModelOptions {
   std::string model = "smollm2";  // -m: GGUF path or alias
   int threads = 2;                // -t
   int64_t ctx_size = 0;           // -c: 0 = the model's context length
+  std::string compute = "quant";  // --compute: quant | bf16
 
   void add(CLI::App& app);
+  /// The --compute choice.
+  ops::Compute compute_mode() const;
   /// Applies the thread count to ATen (at::set_num_threads).
   void apply_threads() const;
 };

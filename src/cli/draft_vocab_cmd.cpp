@@ -31,7 +31,7 @@ class DraftVocabCommand : public Command {
 
   int run() override {
     namespace fs = std::filesystem;
-    LoadedModel m = LoadedModel::load(model_.model);
+    LoadedModel m = LoadedModel::load(model_.model, model_.compute_mode());
     const std::string path = (fs::path(drafter_) / "dspark.json").string();
     nlohmann::json j = read_drafter_json(drafter_);
     DrafterConfig cfg = config_from_json(j, path);

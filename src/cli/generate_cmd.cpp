@@ -39,7 +39,7 @@ GenerateCommand::GenerateCommand(CLI::App& parent) {
 int GenerateCommand::run() {
   sampling_.validate();
   model_.apply_threads();
-  LoadedModel m = LoadedModel::load(model_.model);
+  LoadedModel m = LoadedModel::load(model_.model, model_.compute_mode());
   const auto prompt = m.encode_prompt(prompt_, chat_);
 
   GenerateOptions opts;

@@ -34,7 +34,7 @@ class InitDrafterCommand : public Command {
     if (!force_ && fs::exists(fs::path(out_) / "dspark.json"))
       throw Error(out_ + ": already holds a drafter (dspark.json); pass --force to replace it");
     model_.apply_threads();
-    auto target = load_target(model_.model);
+    auto target = load_target(model_.model, model_.compute_mode());
     cfg_.seq_head = parse_seq_head(head_);
     cfg_.complete_from(target->info());
     Drafter d = Drafter::init(cfg_, seed_);

@@ -32,7 +32,7 @@ class ProfileCommand : public Command {
 
   int run() override {
     model_.apply_threads();
-    auto target = load_target(model_.model);
+    auto target = load_target(model_.model, model_.compute_mode());
     const std::string path = out_.empty() ? default_profile_path(target->info().id) : out_;
     prepare_output_file(path, "--out");
     std::printf("%6s %12s %12s\n", "B", "steps/s", "ms/step");

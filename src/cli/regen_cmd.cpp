@@ -76,7 +76,7 @@ class RegenCommand : public Command {
     opts_.ctx_size = model_.ctx_size;
     model_.apply_threads();
     const auto prompts = train::read_prompts_jsonl(prompts_);
-    LoadedModel m = LoadedModel::load(model_.model);
+    LoadedModel m = LoadedModel::load(model_.model, model_.compute_mode());
 
     const bool tty = isatty(fileno(stderr));
     double last_print = -1;

@@ -57,7 +57,7 @@ class ServeCommand : public Command {
     pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
     model_.apply_threads();
-    LoadedModel m = LoadedModel::load(model_.model);
+    LoadedModel m = LoadedModel::load(model_.model, model_.compute_mode());
     const auto drafter = drafter_.load(model_.model, *m.target);
 
     serve::EngineOptions eo;

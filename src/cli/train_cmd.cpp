@@ -88,7 +88,7 @@ class TrainCommand : public Command {
     model_.apply_threads();
     std::unique_ptr<TargetModel> target;
     if (draft_vocab_ > 0 && needs_draft_vocab()) {
-      LoadedModel m = LoadedModel::load(model_.model);  // the stop ids come with the tokenizer
+      LoadedModel m = LoadedModel::load(model_.model, model_.compute_mode());  // the stop ids come with the tokenizer
       target = std::move(m.target);
       const train::TrainDataset data = train::TrainDataset::load(cfg_.data_dir);
       const int64_t V = target->info().vocab;
@@ -99,7 +99,7 @@ class TrainCommand : public Command {
                      static_cast<long long>(dv.supervised));
       cfg_.drafter.draft_vocab = dv.ids;
     } else {
-      target = load_target(model_.model);
+      target = load_target(model_.model, model_.compute_mode());
     }
     train::Trainer trainer(cfg_, *target);
     train::EvalStats ev = trainer.run();

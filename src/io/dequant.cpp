@@ -7,6 +7,8 @@
 //         element j + 16 = ((qs[j] >> 4)  - 8) * d
 //   Q4_1  32 elems, 20 bytes:  f16 d | f16 m | u8 qs[16]
 //         same nibble order, value = q * d + m
+//   Q5_0  32 elems, 22 bytes:  f16 d | u32 qh | u8 qs[16]
+//         q_j = nibble as in Q4_0 | (bit j of qh) << 4, value = (q_j - 16) * d
 //   Q8_0  32 elems, 34 bytes:  f16 d | i8 qs[32]; value = qs[j] * d
 //
 //   Q4_K  256 elems, 144 bytes: f16 d | f16 dmin | u8 scales[12] | u8 qs[128]
@@ -51,6 +53,7 @@ constexpr int64_t kQKK = 256;  // elements per K-quant super-block
 
 constexpr int64_t kQ4_0Bytes = 2 + kQK / 2;
 constexpr int64_t kQ4_1Bytes = 4 + kQK / 2;
+constexpr int64_t kQ5_0Bytes = 2 + 4 + kQK / 2;
 constexpr int64_t kQ8_0Bytes = 2 + kQK;
 constexpr int64_t kQ4_KBytes = 2 + 2 + 12 + kQKK / 2;
 constexpr int64_t kQ6_KBytes = kQKK / 2 + kQKK / 4 + kQKK / 16 + 2;
@@ -117,6 +120,21 @@ void decode_q4_1(const uint8_t* src, float* dst, int64_t n_blocks) {
     for (int j = 0; j < kQK / 2; ++j) {
       dst[j] = static_cast<float>(qs[j] & 0x0F) * d + m;
       dst[j + kQK / 2] = static_cast<float>(qs[j] >> 4) * d + m;
+    }
+  }
+}
+
+void decode_q5_0(const uint8_t* src, float* dst, int64_t n_blocks) {
+  for (int64_t b = 0; b < n_blocks; ++b, src += kQ5_0Bytes, dst += kQK) {
+    const float d = load_half(src);
+    uint32_t qh;
+    std::memcpy(&qh, src + 2, 4);
+    const uint8_t* qs = src + 6;
+    for (int j = 0; j < kQK / 2; ++j) {
+      const int lo = (qs[j] & 0x0F) | static_cast<int>(((qh >> j) & 1u) << 4);
+      const int hi = (qs[j] >> 4) | static_cast<int>(((qh >> (j + 16)) & 1u) << 4);
+      dst[j] = static_cast<float>(lo - 16) * d;
+      dst[j + kQK / 2] = static_cast<float>(hi - 16) * d;
     }
   }
 }
@@ -200,6 +218,7 @@ Codec codec_for(uint32_t type_id) {
     case GGMLType::BF16: return {1, 2, decode_bf16};
     case GGMLType::Q4_0: return {kQK, kQ4_0Bytes, decode_q4_0};
     case GGMLType::Q4_1: return {kQK, kQ4_1Bytes, decode_q4_1};
+    case GGMLType::Q5_0: return {kQK, kQ5_0Bytes, decode_q5_0};
     case GGMLType::Q8_0: return {kQK, kQ8_0Bytes, decode_q8_0};
     case GGMLType::Q4_K: return {kQKK, kQ4_KBytes, decode_q4_k};
     case GGMLType::Q6_K: return {kQKK, kQ6_KBytes, decode_q6_k};
@@ -218,7 +237,7 @@ Codec checked_codec(uint32_t type_id, int64_t n_elements, const std::string& wha
   const auto traits = ggml_type_traits(type_id);
   if (c.decode == nullptr || !traits) {
     throw FormatError(what + "unsupported ggml type " + type_label(type_id) +
-                      " for dequantization (supported: F32, F16, BF16, Q4_0, Q4_1, Q8_0, "
+                      " for dequantization (supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q8_0, "
                       "Q4_K, Q6_K)");
   }
   if (traits->block_elems != c.block_elems || traits->block_bytes != c.block_bytes) {
@@ -240,6 +259,8 @@ Codec checked_codec(uint32_t type_id, int64_t n_elements, const std::string& wha
 constexpr int64_t kChunkElems = 16 * kQKK;
 
 }  // namespace
+
+float half_to_float(uint16_t h) { return load_half(reinterpret_cast<const uint8_t*>(&h)); }
 
 bool dequant_supported(uint32_t type_id) { return codec_for(type_id).decode != nullptr; }
 

@@ -4,8 +4,9 @@
 //
 // GGUF conventions (ggml convert_hf_to_gguf): Q/K rows are permuted so that
 // RoPE rotates adjacent pairs (2i, 2i+1); tensors are named blk.N.attn_q etc.
-// Matmuls run in bf16 with fp32 accumulation and fp32 outputs; the residual
-// stream, norms, softmax and RoPE are fp32.
+// Matmuls run on the GGUF's quantized blocks with int8 activations
+// (ops::Compute::Quant) or on bf16 copies (Compute::BF16), with fp32
+// outputs; the residual stream, norms, softmax and RoPE are fp32.
 #include "llama.hpp"
 
 #include <ATen/Parallel.h>
@@ -16,45 +17,45 @@
 
 #include "dspark/error.hpp"
 #include "dspark/io/dequant.hpp"
-#include "dspark/model/kernels.hpp"
+#include "dspark/ops/kernels.hpp"
+#include "dspark/ops/linear.hpp"
 
 namespace dspark {
 
 namespace {
 
-using kernels::bf16_to_f32;
-
-const uint16_t* bf16_ptr(const at::Tensor& t) {
-  return reinterpret_cast<const uint16_t*>(t.data_ptr<at::BFloat16>());
-}
-
 struct LlamaLayer {
   at::Tensor attn_norm;  // [d] fp32
-  at::Tensor wqkv;       // [(H + 2*Hkv) * hd, d] bf16: q rows, then k, then v
-  at::Tensor wo;         // [d, H * hd] bf16
+  ops::Linear wqkv;      // [(H + 2*Hkv) * hd, d]: q rows, then k, then v
+  ops::Linear wo;        // [d, H * hd]
   at::Tensor ffn_norm;   // [d] fp32
-  at::Tensor wgu;        // [2F, d] bf16: gate rows, then up
-  at::Tensor wdown;      // [d, F] bf16
+  ops::Linear wgu;       // [2F, d]: gate rows, then up
+  ops::Linear wdown;     // [d, F]
 };
 
 class LlamaModel final : public TargetModel {
  public:
-  explicit LlamaModel(const io::GGUFFile& f) { load(f); }
+  LlamaModel(std::shared_ptr<const io::GGUFFile> f, ops::Compute compute) : file_(std::move(f)) {
+    load(*file_, compute);
+  }
 
   const TargetInfo& info() const override { return info_; }
-  const at::Tensor& embedding() const override { return embd_; }
-  const at::Tensor& lm_head() const override { return head_; }
+  const ops::Linear& embedding_table() const override { return embd_; }
+  const ops::Linear& head() const override { return tied_ ? embd_ : head_; }
   const at::Tensor& output_norm() const override { return out_norm_; }
 
   std::vector<ForwardOut> forward(std::span<ForwardSeq> batch, const TapRequest& taps) override;
 
  private:
-  void load(const io::GGUFFile& f);
+  void load(const io::GGUFFile& f, ops::Compute compute);
 
+  std::shared_ptr<const io::GGUFFile> file_;  // quantized weights point into its mapping
   TargetInfo info_;
   int64_t rot_dim_ = 0;
   std::vector<float> inv_freq_;  // [rot_dim / 2]
-  at::Tensor embd_, head_, out_norm_;
+  ops::Linear embd_, head_;  // head_ unused when tied_
+  bool tied_ = false;
+  at::Tensor out_norm_;
   std::vector<LlamaLayer> layers_;
 };
 
@@ -68,19 +69,7 @@ at::Tensor load_f32(const io::GGUFFile& f, const std::string& name, int64_t n) {
   return io::dequantize_tensor(t, at::kFloat).reshape({n});
 }
 
-at::Tensor load_bf16(const io::GGUFFile& f, const std::string& name, int64_t rows, int64_t cols) {
-  const auto& t = f.tensor(name);
-  const auto shape = t.shape();
-  if (shape.size() != 2 || shape[0] != rows || shape[1] != cols) {
-    std::string got;
-    for (auto d : shape) got += (got.empty() ? "" : ", ") + std::to_string(d);
-    throw FormatError(f.path() + ": tensor '" + name + "' has shape [" + got + "], expected [" +
-                      std::to_string(rows) + ", " + std::to_string(cols) + "]");
-  }
-  return io::dequantize_tensor(t, at::kBFloat16);
-}
-
-void LlamaModel::load(const io::GGUFFile& f) {
+void LlamaModel::load(const io::GGUFFile& f, ops::Compute compute) {
   const std::string arch = f.get_string("general.architecture");
   info_.arch = arch;
   info_.path = f.path();
@@ -160,8 +149,13 @@ void LlamaModel::load(const io::GGUFFile& f) {
 
   const int64_t d = info_.hidden, H = info_.n_heads, Hkv = info_.n_kv_heads, hd = info_.head_dim,
                 F = info_.ffn, V = info_.vocab;
-  embd_ = load_bf16(f, "token_embd.weight", V, d);
-  head_ = f.find_tensor("output.weight") ? load_bf16(f, "output.weight", V, d) : embd_;
+  info_.compute = ops::to_string(compute);
+  auto lin = [&](std::vector<std::string> names, std::vector<int64_t> rows, int64_t cols) {
+    return ops::Linear::load(f, names, rows, cols, compute);
+  };
+  embd_ = lin({"token_embd.weight"}, {V}, d);
+  tied_ = f.find_tensor("output.weight") == nullptr;
+  if (!tied_) head_ = lin({"output.weight"}, {V}, d);
   out_norm_ = load_f32(f, "output_norm.weight", d);
   layers_.resize(static_cast<size_t>(info_.n_layers));
   for (int64_t l = 0; l < info_.n_layers; ++l) {
@@ -169,14 +163,10 @@ void LlamaModel::load(const io::GGUFFile& f) {
     auto& L = layers_[static_cast<size_t>(l)];
     L.attn_norm = load_f32(f, p + "attn_norm.weight", d);
     L.ffn_norm = load_f32(f, p + "ffn_norm.weight", d);
-    L.wqkv = at::cat({load_bf16(f, p + "attn_q.weight", H * hd, d),
-                      load_bf16(f, p + "attn_k.weight", Hkv * hd, d),
-                      load_bf16(f, p + "attn_v.weight", Hkv * hd, d)})
-                 .contiguous();
-    L.wo = load_bf16(f, p + "attn_output.weight", d, H * hd);
-    L.wgu = at::cat({load_bf16(f, p + "ffn_gate.weight", F, d), load_bf16(f, p + "ffn_up.weight", F, d)})
-                .contiguous();
-    L.wdown = load_bf16(f, p + "ffn_down.weight", d, F);
+    L.wqkv = lin({p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"}, {H * hd, Hkv * hd, Hkv * hd}, d);
+    L.wo = lin({p + "attn_output.weight"}, {d}, H * hd);
+    L.wgu = lin({p + "ffn_gate.weight", p + "ffn_up.weight"}, {F, F}, d);
+    L.wdown = lin({p + "ffn_down.weight"}, {d}, F);
   }
 }
 
@@ -221,20 +211,18 @@ std::vector<ForwardOut> LlamaModel::forward(std::span<ForwardSeq> batch, const T
   std::vector<ForwardOut> out(static_cast<size_t>(n_seq));
   if (N == 0) return out;
 
-  // Activations: x fp32 [N, d]; xb bf16 [N, max(d, H*hd, F)]; wide fp32 [N, max(Oqkv, 2F)].
+  // Activations (fp32): x [N, d] residual; xn [N, max(d, H*hd, F)] matmul inputs; wide [N, max(Oqkv, 2F)].
   std::vector<float> x(static_cast<size_t>(N * d));
-  std::vector<uint16_t> xb(static_cast<size_t>(N * std::max({d, H * hd, F})));
+  std::vector<float> xn(static_cast<size_t>(N * std::max({d, H * hd, F})));
   std::vector<float> wide(static_cast<size_t>(N * std::max(Oqkv, 2 * F)));
   std::vector<float> tmp(static_cast<size_t>(N * d));
   std::vector<int64_t> pos(static_cast<size_t>(N));
 
-  const uint16_t* E = bf16_ptr(embd_);
   for (int64_t s = 0; s < n_seq; ++s) {
     for (int64_t t = 0; t < row0[s + 1] - row0[s]; ++t) {
       const int64_t r = row0[s] + t;
       pos[r] = batch[s].cache->size() + t;
-      const uint16_t* e = E + static_cast<int64_t>(batch[s].tokens[t]) * d;
-      for (int64_t k = 0; k < d; ++k) x[r * d + k] = bf16_to_f32(e[k]);
+      embd_.row_f32(batch[s].tokens[t], x.data() + r * d);
     }
   }
   std::vector<float*> tap_ptr(static_cast<size_t>(n_seq), nullptr);
@@ -250,10 +238,10 @@ std::vector<ForwardOut> LlamaModel::forward(std::span<ForwardSeq> batch, const T
   for (int64_t l = 0; l < info_.n_layers; ++l) {
     const auto& L = layers_[static_cast<size_t>(l)];
     // Attention block.
-    kernels::rmsnorm_to_bf16(x.data(), L.attn_norm.data_ptr<float>(), N, d, eps, xb.data());
-    kernels::linear_bf16(xb.data(), N, bf16_ptr(L.wqkv), Oqkv, d, wide.data(), Oqkv);
-    kernels::rope_pairs(wide.data(), N, Oqkv, H, hd, rot_dim_, pos.data(), inv_freq_.data());
-    kernels::rope_pairs(wide.data() + H * hd, N, Oqkv, Hkv, hd, rot_dim_, pos.data(),
+    ops::rmsnorm_f32(x.data(), L.attn_norm.data_ptr<float>(), N, d, eps, xn.data());
+    L.wqkv.forward(xn.data(), N, wide.data(), Oqkv);
+    ops::rope_pairs(wide.data(), N, Oqkv, H, hd, rot_dim_, pos.data(), inv_freq_.data());
+    ops::rope_pairs(wide.data() + H * hd, N, Oqkv, Hkv, hd, rot_dim_, pos.data(),
                         inv_freq_.data());
     for (int64_t s = 0; s < n_seq; ++s) {
       KVCache& c = *batch[s].cache;
@@ -267,17 +255,17 @@ std::vector<ForwardOut> LlamaModel::forward(std::span<ForwardSeq> batch, const T
           std::memcpy(Vc + (g * cap + past + t) * hd, r + (H + Hkv + g) * hd, sizeof(float) * hd);
         }
       }
-      kernels::attention(wide.data() + row0[s] * Oqkv, Oqkv, K, Vc, cap, past, T, H, Hkv, hd, scale,
-                         xb.data() + row0[s] * H * hd);
+      ops::attention(wide.data() + row0[s] * Oqkv, Oqkv, K, Vc, cap, past, T, H, Hkv, hd, scale,
+                         xn.data() + row0[s] * H * hd);
     }
-    kernels::linear_bf16(xb.data(), N, bf16_ptr(L.wo), d, H * hd, tmp.data(), d);
-    kernels::add_rows(x.data(), tmp.data(), N, d, d);
+    L.wo.forward(xn.data(), N, tmp.data(), d);
+    ops::add_rows(x.data(), tmp.data(), N, d, d);
     // MLP block.
-    kernels::rmsnorm_to_bf16(x.data(), L.ffn_norm.data_ptr<float>(), N, d, eps, xb.data());
-    kernels::linear_bf16(xb.data(), N, bf16_ptr(L.wgu), 2 * F, d, wide.data(), 2 * F);
-    kernels::silu_mul_to_bf16(wide.data(), N, F, xb.data());
-    kernels::linear_bf16(xb.data(), N, bf16_ptr(L.wdown), d, F, tmp.data(), d);
-    kernels::add_rows(x.data(), tmp.data(), N, d, d);
+    ops::rmsnorm_f32(x.data(), L.ffn_norm.data_ptr<float>(), N, d, eps, xn.data());
+    L.wgu.forward(xn.data(), N, wide.data(), 2 * F);
+    ops::silu_mul(wide.data(), N, F, xn.data());
+    L.wdown.forward(xn.data(), N, tmp.data(), d);
+    ops::add_rows(x.data(), tmp.data(), N, d, d);
 
     for (const int64_t slot : tap_slots[static_cast<size_t>(l)]) {
       for (int64_t s = 0; s < n_seq; ++s)
@@ -296,17 +284,17 @@ std::vector<ForwardOut> LlamaModel::forward(std::span<ForwardSeq> batch, const T
     const float* xs = x.data() + row0[s] * d;
     if (taps.final_hidden) {
       out[s].final_hidden = at::empty({T, d}, at::kFloat);
-      kernels::rmsnorm_f32(xs, wn, T, d, eps, out[s].final_hidden.data_ptr<float>());
+      ops::rmsnorm_f32(xs, wn, T, d, eps, out[s].final_hidden.data_ptr<float>());
     }
     const int64_t n = batch[s].logits == Logits::All ? T
                       : batch[s].logits == Logits::Last ? std::min<int64_t>(1, T)
                                                         : 0;
-    kernels::rmsnorm_to_bf16(xs + (T - n) * d, wn, n, d, eps, xb.data() + lrow0[s] * d);
+    ops::rmsnorm_f32(xs + (T - n) * d, wn, n, d, eps, xn.data() + lrow0[s] * d);
     lrow0[s + 1] = lrow0[s] + n;
   }
   if (lrow0[n_seq] > 0) {
     at::Tensor logits = at::empty({lrow0[n_seq], V}, at::kFloat);
-    kernels::linear_bf16(xb.data(), lrow0[n_seq], bf16_ptr(head_), V, d, logits.data_ptr<float>(), V);
+    head().forward(xn.data(), lrow0[n_seq], logits.data_ptr<float>(), V);
     for (int64_t s = 0; s < n_seq; ++s)
       if (lrow0[s + 1] > lrow0[s]) out[s].logits = logits.narrow(0, lrow0[s], lrow0[s + 1] - lrow0[s]);
   }
@@ -316,8 +304,8 @@ std::vector<ForwardOut> LlamaModel::forward(std::span<ForwardSeq> batch, const T
 
 }  // namespace
 
-std::unique_ptr<TargetModel> make_llama(const io::GGUFFile& file) {
-  return std::make_unique<LlamaModel>(file);
+std::unique_ptr<TargetModel> make_llama(std::shared_ptr<const io::GGUFFile> file, ops::Compute compute) {
+  return std::make_unique<LlamaModel>(std::move(file), compute);
 }
 
 }  // namespace dspark

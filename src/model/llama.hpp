@@ -5,11 +5,12 @@
 
 #include "dspark/io/gguf.hpp"
 #include "dspark/model/target.hpp"
+#include "dspark/ops/linear.hpp"
 
 namespace dspark {
 
-/// Builds a Llama-family target from an open GGUF file (weights are
-/// dequantized to bf16; the file may be closed afterwards).
-std::unique_ptr<TargetModel> make_llama(const io::GGUFFile& file);
+/// Builds a Llama-family target from an open GGUF file. Quantized weights
+/// stay in the file's mapping, which the model keeps open.
+std::unique_ptr<TargetModel> make_llama(std::shared_ptr<const io::GGUFFile> file, ops::Compute compute);
 
 }  // namespace dspark

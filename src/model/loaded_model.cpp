@@ -8,9 +8,9 @@
 
 namespace dspark {
 
-LoadedModel LoadedModel::load(const std::string& path_or_alias) {
+LoadedModel LoadedModel::load(const std::string& path_or_alias, ops::Compute compute) {
   LoadedModel m;
-  m.target = load_target(path_or_alias);
+  m.target = load_target(path_or_alias, compute);
   io::GGUFFile file(m.target->info().path);
   m.tokenizer = std::make_unique<tok::Tokenizer>(tok::Tokenizer::from_gguf(file));
   if (m.tokenizer->vocab_size() > m.target->info().vocab) {

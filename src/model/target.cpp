@@ -40,12 +40,24 @@ std::string resolve_model_path(const std::string& path_or_alias) {
   return path;
 }
 
-std::unique_ptr<TargetModel> load_target(const std::string& path_or_alias) {
+std::unique_ptr<TargetModel> load_target(const std::string& path_or_alias, ops::Compute compute) {
   const std::string path = resolve_model_path(path_or_alias);
-  io::GGUFFile file(path);
-  const std::string arch = file.get_string("general.architecture");
-  if (arch == "llama") return make_llama(file);
+  auto file = std::make_shared<const io::GGUFFile>(path);
+  const std::string arch = file->get_string("general.architecture");
+  if (arch == "llama") return make_llama(file, compute);
   throw FormatError(path + ": unsupported architecture '" + arch + "' (supported: llama)");
+}
+
+const at::Tensor& TargetModel::embedding() const {
+  std::call_once(embd_once_, [&] { embd_bf16_ = embedding_table().dequantized(at::kBFloat16); });
+  return embd_bf16_;
+}
+
+const at::Tensor& TargetModel::lm_head() const {
+  std::call_once(head_once_, [&] {
+    head_bf16_ = &head() == &embedding_table() ? embedding() : head().dequantized(at::kBFloat16);
+  });
+  return head_bf16_;
 }
 
 ForwardOut TargetModel::forward_one(KVCache& cache, std::span<const TokenId> tokens, Logits logits,

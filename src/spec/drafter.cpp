@@ -1,8 +1,10 @@
 // DSpark drafter backbone: config, parameter registry, init, and the
 // inference forward pass (see include/dspark/spec/drafter.hpp).
 //
-// Inference runs on the same batch-invariant CPU kernels as the target
-// (bf16 matmuls, fp32 norms/RoPE/softmax). Per draft layer i:
+// Inference runs on the same CPU kernels as the target, on plain fp32
+// buffers (no tensor-library dispatch per operation): the drafter's own
+// matrices in bf16, the target's embedding and LM head as the target computes
+// them (quantized blocks or bf16), fp32 norms/RoPE/softmax. Per draft layer i:
 //   H_ctx = hidden_norm(fc · concat(taps))                       [n, d]
 //   K_ctx = rope(k_norm(W_k^i H_ctx)), V_ctx = W_v^i H_ctx        cached
 //   x = embed([anchor, MASK × (γ-1)])                             [γ, d]
@@ -18,42 +20,11 @@
 #include <cstring>
 
 #include "dspark/error.hpp"
-#include "dspark/model/kernels.hpp"
+#include "dspark/ops/kernels.hpp"
 
 namespace dspark {
 
 namespace {
-
-const uint16_t* bf16(const at::Tensor& t) {
-  return reinterpret_cast<const uint16_t*>(t.data_ptr<at::BFloat16>());
-}
-
-// y [N, O] fp32 = x [N, K] (bf16 bits) · W^T, W [O, K] bf16.
-at::Tensor linear(const std::vector<uint16_t>& x, int64_t N, const at::Tensor& W) {
-  at::Tensor y = at::empty({N, W.size(0)}, at::kFloat);
-  kernels::linear_bf16(x.data(), N, bf16(W), W.size(0), W.size(1), y.data_ptr<float>(), W.size(0));
-  return y;
-}
-
-std::vector<uint16_t> to_bf16(const at::Tensor& x) {
-  at::Tensor c = x.contiguous();
-  std::vector<uint16_t> out(static_cast<size_t>(c.numel()));
-  const float* p = c.data_ptr<float>();
-  for (size_t i = 0; i < out.size(); ++i) out[i] = kernels::f32_to_bf16(p[i]);
-  return out;
-}
-
-std::vector<uint16_t> rmsnorm_bf16(const at::Tensor& x, const at::Tensor& w, double eps) {
-  std::vector<uint16_t> out(static_cast<size_t>(x.numel()));
-  kernels::rmsnorm_to_bf16(x.data_ptr<float>(), w.data_ptr<float>(), x.size(0), x.size(1),
-                           static_cast<float>(eps), out.data());
-  return out;
-}
-
-// Per-head RMSNorm over the last dim of rows [R, hd] in place.
-void head_norm(float* x, int64_t rows, int64_t hd, const at::Tensor& w, double eps) {
-  kernels::rmsnorm_f32(x, w.data_ptr<float>(), rows, hd, static_cast<float>(eps), x);
-}
 
 std::vector<float> inv_freq(const DrafterConfig& c) {
   std::vector<float> f(static_cast<size_t>(c.head_dim / 2));
@@ -227,26 +198,58 @@ void Drafter::bind(const TargetModel& target) {
                           std::to_string(cfg_.vocab) + ") do not match the target (hidden " +
                           std::to_string(t.hidden) + ", vocab " + std::to_string(t.vocab) + ")");
   }
-  embed_ = target.embedding();
-  head_ = target.lm_head();
+  embed_ = target.embedding_table();
   vocab_ids_ = cfg_.draft_vocab;
-  at::Tensor rows;  // draft-vocab rows of every [V, *] output matrix
-  if (!vocab_ids_.empty()) {
-    rows = at::tensor(std::vector<int64_t>(vocab_ids_.begin(), vocab_ids_.end()), at::kLong);
-    head_ = head_.index_select(0, rows).contiguous();
-  }
+  const std::vector<int64_t> rows(vocab_ids_.begin(), vocab_ids_.end());
+  head_ = rows.empty() ? target.head() : target.head().gather_rows(rows);
+  at::Tensor row_index;  // draft-vocab rows of every [V, *] output matrix
+  if (!rows.empty()) row_index = at::tensor(rows, at::kLong);
   infer_.clear();
+  lin_.clear();
   for (const auto& [name, p] : params_) {
-    const bool matrix = p.dim() == 2 && name != "conf_proj.weight";
-    at::Tensor t = matrix ? p.to(at::kBFloat16).contiguous() : p.contiguous();
-    const bool output_rows = name == "markov_w2.weight" || name == "elman.wo";
-    if (output_rows && rows.defined()) t = t.index_select(0, rows).contiguous();
-    infer_[name] = t;
+    if (p.dim() != 2 || name == "conf_proj.weight") {
+      infer_[name] = p.contiguous();
+    } else if (name == "markov_w1.weight") {
+      infer_[name] = p.to(at::kBFloat16).contiguous();  // rows looked up by token
+    } else {
+      const bool output_rows = name == "markov_w2.weight" || name == "elman.wo";
+      lin_[name] = ops::Linear::from_tensor(output_rows && row_index.defined() ? p.index_select(0, row_index) : p);
+    }
+  }
+  // Fused products: one pass over the block for q|k|v and gate|up, one over the context for k|v.
+  for (int i = 0; i < cfg_.n_layers; ++i) {
+    lin_[L(i, "attn_qkv")] = ops::Linear::from_tensor(
+        at::cat({params_.at(L(i, "attn_q.weight")), params_.at(L(i, "attn_k.weight")), params_.at(L(i, "attn_v.weight"))}));
+    lin_[L(i, "attn_kv")] =
+        ops::Linear::from_tensor(at::cat({params_.at(L(i, "attn_k.weight")), params_.at(L(i, "attn_v.weight"))}));
+    lin_[L(i, "ffn_gate_up")] =
+        ops::Linear::from_tensor(at::cat({params_.at(L(i, "ffn_gate.weight")), params_.at(L(i, "ffn_up.weight"))}));
   }
   bound_ = true;
 }
 
-at::Tensor Drafter::w(const std::string& name) const { return infer_.at(name); }
+const at::Tensor& Drafter::w(const std::string& name) const { return infer_.at(name); }
+const ops::Linear& Drafter::lin(const std::string& name) const { return lin_.at(name); }
+
+namespace {
+
+// Per-head RMSNorm of rows [T, n_heads, hd] (row stride `stride` floats) in place.
+void head_norm(float* x, int64_t T, int64_t stride, int64_t n_heads, int64_t hd, const at::Tensor& w, double eps) {
+  for (int64_t t = 0; t < T; ++t)
+    ops::rmsnorm_f32(x + t * stride, w.data_ptr<float>(), n_heads, hd, static_cast<float>(eps), x + t * stride);
+}
+
+// rows [T, Hkv*hd] at `src` (row stride `stride`) -> cache [Hkv, cap, hd] at positions p0..p0+T-1.
+void to_cache(const float* src, int64_t T, int64_t stride, const at::Tensor& cache, int64_t p0, int64_t Hkv,
+              int64_t hd) {
+  float* c = cache.data_ptr<float>();
+  const int64_t cap = cache.size(1);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t g = 0; g < Hkv; ++g)
+      std::memcpy(c + (g * cap + p0 + t) * hd, src + t * stride + g * hd, sizeof(float) * hd);
+}
+
+}  // namespace
 
 void Drafter::append_context(DraftState& st, const at::Tensor& feats) const {
   if (!bound_) throw InvalidArgument("drafter: bind() must be called before use");
@@ -276,19 +279,20 @@ void Drafter::append_context(DraftState& st, const at::Tensor& feats) const {
     }
   }
   // H_ctx = hidden_norm(fc · feats)
-  at::Tensor h = linear(to_bf16(feats.to(at::kFloat)), n, w("fc.weight"));
-  std::vector<uint16_t> hb = rmsnorm_bf16(h, w("hidden_norm.weight"), cfg_.eps);
+  const at::Tensor f = feats.to(at::kFloat).contiguous();
+  std::vector<float> h(static_cast<size_t>(n * d)), kv(static_cast<size_t>(n * 2 * Hkv * hd));
+  lin("fc.weight").forward(f.data_ptr<float>(), n, h.data(), d);
+  ops::rmsnorm_f32(h.data(), w("hidden_norm.weight").data_ptr<float>(), n, d, static_cast<float>(cfg_.eps), h.data());
   const auto freq = inv_freq(cfg_);
   std::vector<int64_t> pos(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) pos[i] = st.n_ctx + i;
+  const int64_t Okv = 2 * Hkv * hd;
   for (int i = 0; i < cfg_.n_layers; ++i) {
-    at::Tensor k = linear(hb, n, w(L(i, "attn_k.weight")));  // [n, Hkv*hd]
-    at::Tensor v = linear(hb, n, w(L(i, "attn_v.weight")));
-    head_norm(k.data_ptr<float>(), n * Hkv, hd, w(L(i, "attn_k_norm.weight")), cfg_.eps);
-    kernels::rope_pairs(k.data_ptr<float>(), n, Hkv * hd, Hkv, hd, hd, pos.data(), freq.data());
-    // [n, Hkv, hd] -> cache [Hkv, n_ctx.., hd]
-    st.k[i].narrow(1, st.n_ctx, n).copy_(k.view({n, Hkv, hd}).transpose(0, 1));
-    st.v[i].narrow(1, st.n_ctx, n).copy_(v.view({n, Hkv, hd}).transpose(0, 1));
+    lin(L(i, "attn_kv")).forward(h.data(), n, kv.data(), Okv);  // [n, k | v]
+    head_norm(kv.data(), n, Okv, Hkv, hd, w(L(i, "attn_k_norm.weight")), cfg_.eps);
+    ops::rope_pairs(kv.data(), n, Okv, Hkv, hd, hd, pos.data(), freq.data());
+    to_cache(kv.data(), n, Okv, st.k[i], st.n_ctx, Hkv, hd);
+    to_cache(kv.data() + Hkv * hd, n, Okv, st.v[i], st.n_ctx, Hkv, hd);
   }
   st.n_ctx += n;
 }
@@ -301,45 +305,45 @@ at::Tensor Drafter::block_hidden(const DraftState& st, TokenId anchor, int gamma
                           std::to_string(gamma));
   const int64_t G = gamma, d = cfg_.hidden, hd = cfg_.head_dim, H = cfg_.n_heads,
                 Hkv = cfg_.n_kv_heads, F = cfg_.ffn, p = st.n_ctx;
+  const int64_t Oqkv = (H + 2 * Hkv) * hd;
+  const float eps = static_cast<float>(cfg_.eps);
+  // Buffers: x [γ, d] residual; xn [γ, max(d, H*hd, F)] matmul inputs; wide [γ, max(Oqkv, 2F)].
+  std::vector<float> x(static_cast<size_t>(G * d)), tmp(x.size());
+  std::vector<float> xn(static_cast<size_t>(G * std::max({d, H * hd, F})));
+  std::vector<float> wide(static_cast<size_t>(G * std::max(Oqkv, 2 * F)));
   // x = embed([anchor, MASK × (γ-1)])
-  at::Tensor x = at::empty({G, d}, at::kFloat);
-  x[0].copy_(embed_[anchor].to(at::kFloat));
+  embed_.row_f32(anchor, x.data());
   if (G > 1) {
-    at::Tensor mask = cfg_.mask_token_id >= 0 ? embed_[cfg_.mask_token_id].to(at::kFloat)
-                                              : w("mask_embedding");
-    x.narrow(0, 1, G - 1).copy_(mask.expand({G - 1, d}));
+    if (cfg_.mask_token_id >= 0) embed_.row_f32(cfg_.mask_token_id, x.data() + d);
+    else std::memcpy(x.data() + d, w("mask_embedding").data_ptr<float>(), sizeof(float) * d);
+    for (int64_t k = 2; k < G; ++k) std::memcpy(x.data() + k * d, x.data() + d, sizeof(float) * d);
   }
   const auto freq = inv_freq(cfg_);
   std::vector<int64_t> pos(static_cast<size_t>(G));
   for (int64_t i = 0; i < G; ++i) pos[i] = p + i;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  std::vector<uint16_t> attn(static_cast<size_t>(G * H * hd));
   for (int i = 0; i < cfg_.n_layers; ++i) {
-    std::vector<uint16_t> hb = rmsnorm_bf16(x, w(L(i, "attn_norm.weight")), cfg_.eps);
-    at::Tensor q = linear(hb, G, w(L(i, "attn_q.weight")));  // [γ, H*hd]
-    at::Tensor k = linear(hb, G, w(L(i, "attn_k.weight")));  // [γ, Hkv*hd]
-    at::Tensor v = linear(hb, G, w(L(i, "attn_v.weight")));
-    head_norm(q.data_ptr<float>(), G * H, hd, w(L(i, "attn_q_norm.weight")), cfg_.eps);
-    head_norm(k.data_ptr<float>(), G * Hkv, hd, w(L(i, "attn_k_norm.weight")), cfg_.eps);
-    kernels::rope_pairs(q.data_ptr<float>(), G, H * hd, H, hd, hd, pos.data(), freq.data());
-    kernels::rope_pairs(k.data_ptr<float>(), G, Hkv * hd, Hkv, hd, hd, pos.data(), freq.data());
+    ops::rmsnorm_f32(x.data(), w(L(i, "attn_norm.weight")).data_ptr<float>(), G, d, eps, xn.data());
+    lin(L(i, "attn_qkv")).forward(xn.data(), G, wide.data(), Oqkv);  // [γ, q | k | v]
+    head_norm(wide.data(), G, Oqkv, H, hd, w(L(i, "attn_q_norm.weight")), cfg_.eps);
+    head_norm(wide.data() + H * hd, G, Oqkv, Hkv, hd, w(L(i, "attn_k_norm.weight")), cfg_.eps);
+    ops::rope_pairs(wide.data(), G, Oqkv, H, hd, hd, pos.data(), freq.data());
+    ops::rope_pairs(wide.data() + H * hd, G, Oqkv, Hkv, hd, hd, pos.data(), freq.data());
     // Block keys/values go into the scratch rows right after the context.
-    st.k[i].narrow(1, p, G).copy_(k.view({G, Hkv, hd}).transpose(0, 1));
-    st.v[i].narrow(1, p, G).copy_(v.view({G, Hkv, hd}).transpose(0, 1));
-    kernels::attention(q.data_ptr<float>(), H * hd, st.k[i].data_ptr<float>(),
-                       st.v[i].data_ptr<float>(), st.k[i].size(1), p, G, H, Hkv, hd, scale,
-                       attn.data(), /*causal=*/false);
-    x.add_(linear(attn, G, w(L(i, "attn_output.weight"))));
-    std::vector<uint16_t> hf = rmsnorm_bf16(x, w(L(i, "ffn_norm.weight")), cfg_.eps);
-    at::Tensor gu = at::cat({linear(hf, G, w(L(i, "ffn_gate.weight"))),
-                             linear(hf, G, w(L(i, "ffn_up.weight")))}, 1).contiguous();
-    std::vector<uint16_t> act(static_cast<size_t>(G * F));
-    kernels::silu_mul_to_bf16(gu.data_ptr<float>(), G, F, act.data());
-    x.add_(linear(act, G, w(L(i, "ffn_down.weight"))));
+    to_cache(wide.data() + H * hd, G, Oqkv, st.k[i], p, Hkv, hd);
+    to_cache(wide.data() + (H + Hkv) * hd, G, Oqkv, st.v[i], p, Hkv, hd);
+    ops::attention(wide.data(), Oqkv, st.k[i].data_ptr<float>(), st.v[i].data_ptr<float>(), st.k[i].size(1), p, G,
+                   H, Hkv, hd, scale, xn.data(), /*causal=*/false);
+    lin(L(i, "attn_output.weight")).forward(xn.data(), G, tmp.data(), d);
+    ops::add_rows(x.data(), tmp.data(), G, d, d);
+    ops::rmsnorm_f32(x.data(), w(L(i, "ffn_norm.weight")).data_ptr<float>(), G, d, eps, xn.data());
+    lin(L(i, "ffn_gate_up")).forward(xn.data(), G, wide.data(), 2 * F);
+    ops::silu_mul(wide.data(), G, F, xn.data());
+    lin(L(i, "ffn_down.weight")).forward(xn.data(), G, tmp.data(), d);
+    ops::add_rows(x.data(), tmp.data(), G, d, d);
   }
   at::Tensor out = at::empty({G, d}, at::kFloat);
-  kernels::rmsnorm_f32(x.data_ptr<float>(), w("output_norm.weight").data_ptr<float>(), G, d,
-                       static_cast<float>(cfg_.eps), out.data_ptr<float>());
+  ops::rmsnorm_f32(x.data(), w("output_norm.weight").data_ptr<float>(), G, d, eps, out.data_ptr<float>());
   return out;
 }
 

@@ -14,23 +14,17 @@
 #include <cmath>
 
 #include "dspark/error.hpp"
-#include "dspark/model/kernels.hpp"
+#include "dspark/ops/kernels.hpp"
 #include "dspark/spec/drafter.hpp"
 
 namespace dspark {
 
 namespace {
 
-const uint16_t* bf16(const at::Tensor& t) {
-  return reinterpret_cast<const uint16_t*>(t.data_ptr<at::BFloat16>());
-}
-
-// y[O] = W [O, K] · x[K], x given in fp32 (rounded to bf16 for the matmul).
-std::vector<float> matvec(const at::Tensor& W, const std::vector<float>& x) {
-  std::vector<uint16_t> xb(x.size());
-  for (size_t i = 0; i < x.size(); ++i) xb[i] = kernels::f32_to_bf16(x[i]);
-  std::vector<float> y(static_cast<size_t>(W.size(0)));
-  kernels::linear_bf16(xb.data(), 1, bf16(W), W.size(0), W.size(1), y.data(), W.size(0));
+// y[O] = W [O, K] · x[K] (fp32 in, bf16 products).
+std::vector<float> matvec(const ops::Linear& W, const std::vector<float>& x) {
+  std::vector<float> y(static_cast<size_t>(W.rows()));
+  W.forward(x.data(), 1, y.data(), W.rows());
   return y;
 }
 
@@ -43,21 +37,19 @@ Draft Drafter::draft(const DraftState& st, TokenId anchor, int gamma,
   const int64_t G = gamma > 0 ? gamma : cfg_.gamma, d = cfg_.hidden, r = cfg_.markov_rank;
   if (anchor < 0 || anchor >= cfg_.vocab) throw InvalidArgument("drafter: anchor id outside the vocabulary");
   // Output rows: the draft vocabulary (row i is token vocab_ids_[i]) or all.
-  const int64_t V = head_.size(0);
+  const int64_t V = head_.rows();
   auto token_of = [&](int64_t row) {
     return vocab_ids_.empty() ? static_cast<TokenId>(row) : vocab_ids_[static_cast<size_t>(row)];
   };
   at::Tensor h = block_hidden(st, anchor, static_cast<int>(G));  // [γ, d]
   // U = LMHead(h): [γ, V] in one pass over the (shared) LM head.
-  std::vector<uint16_t> hb(static_cast<size_t>(G * d));
   const float* hp = h.data_ptr<float>();
-  for (size_t i = 0; i < hb.size(); ++i) hb[i] = kernels::f32_to_bf16(hp[i]);
   std::vector<float> U(static_cast<size_t>(G * V));
-  kernels::linear_bf16(hb.data(), G, bf16(head_), V, d, U.data(), V);
+  head_.forward(hp, G, U.data(), V);
 
-  const at::Tensor W1 = infer_.at("markov_w1.weight");  // [V, r] bf16
-  const float* cw = infer_.at("conf_proj.weight").data_ptr<float>();  // [1, d + r]
-  const float cb = infer_.at("conf_proj.bias").data_ptr<float>()[0];
+  const at::Tensor& W1 = w("markov_w1.weight");  // [V, r] bf16
+  const float* cw = w("conf_proj.weight").data_ptr<float>();  // [1, d + r]
+  const float cb = w("conf_proj.bias").data_ptr<float>()[0];
   std::vector<float> s(static_cast<size_t>(r), 0.f);  // recurrent state (rnn, elman)
 
   Draft out;
@@ -78,22 +70,22 @@ Draft Drafter::draft(const DraftState& st, TokenId anchor, int gamma,
     std::vector<float> B;
     switch (cfg_.seq_head) {
       case SeqHead::None: break;
-      case SeqHead::Markov: B = matvec(infer_.at("markov_w2.weight"), e); break;
+      case SeqHead::Markov: B = matvec(lin("markov_w2.weight"), e); break;
       case SeqHead::Gated: {
         std::vector<float> he(hk, hk + d);
         he.insert(he.end(), e.begin(), e.end());
-        auto g = matvec(infer_.at("markov_gate.weight"), he);
-        const float* gb = infer_.at("markov_gate.bias").data_ptr<float>();
+        auto g = matvec(lin("markov_gate.weight"), he);
+        const float* gb = w("markov_gate.bias").data_ptr<float>();
         for (int64_t i = 0; i < r; ++i) g[i] = sigmoid(g[i] + gb[i]) * e[i];
-        B = matvec(infer_.at("markov_w2.weight"), g);
+        B = matvec(lin("markov_w2.weight"), g);
         break;
       }
       case SeqHead::Rnn: {
         std::vector<float> zin(s);
         zin.insert(zin.end(), e.begin(), e.end());
         zin.insert(zin.end(), hk, hk + d);
-        auto gco = matvec(infer_.at("rnn.weight"), zin);
-        const float* rb = infer_.at("rnn.bias").data_ptr<float>();
+        auto gco = matvec(lin("rnn.weight"), zin);
+        const float* rb = w("rnn.bias").data_ptr<float>();
         std::vector<float> o(static_cast<size_t>(r));
         for (int64_t i = 0; i < r; ++i) {
           const float g = sigmoid(gco[i] + rb[i]);
@@ -101,14 +93,14 @@ Draft Drafter::draft(const DraftState& st, TokenId anchor, int gamma,
           s[i] = g * s[i] + (1.f - g) * c;
           o[i] = std::tanh(gco[2 * r + i] + rb[2 * r + i]);
         }
-        B = matvec(infer_.at("markov_w2.weight"), o);
+        B = matvec(lin("markov_w2.weight"), o);
         break;
       }
       case SeqHead::Elman: {
-        auto a = matvec(infer_.at("elman.wh"), s);
-        const float* bh = infer_.at("elman.bh").data_ptr<float>();
+        auto a = matvec(lin("elman.wh"), s);
+        const float* bh = w("elman.bh").data_ptr<float>();
         for (int64_t i = 0; i < r; ++i) s[i] = std::tanh(a[i] + e[i] + bh[i]);
-        B = matvec(infer_.at("elman.wo"), s);
+        B = matvec(lin("elman.wo"), s);
         break;
       }
     }

@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "dspark/error.hpp"
-#include "dspark/model/kernels.hpp"
+#include "dspark/ops/kernels.hpp"
 
 namespace dspark::train {
 
@@ -20,7 +20,7 @@ at::Tensor rmsnorm(const at::Tensor& x, const at::Tensor& w, double eps) {
 }
 
 // cos/sin tables [..., hd/2] for positions pos [...] (int64), computed in
-// double like kernels::rope_pairs (angle = pos · inv_freq_f32[i]).
+// double like ops::rope_pairs (angle = pos · inv_freq_f32[i]).
 std::pair<at::Tensor, at::Tensor> rope_tables(const at::Tensor& pos, const DrafterConfig& c,
                                               at::ScalarType dtype) {
   const int64_t half = c.head_dim / 2;
@@ -53,7 +53,7 @@ const uint16_t* bf16_bits(const at::Tensor& t) {
 at::Tensor kernel_linear(const at::Tensor& x, const at::Tensor& W) {
   at::Tensor xb = x.to(at::kBFloat16).contiguous();
   at::Tensor y = at::empty({x.size(0), W.size(0)}, at::kFloat);
-  kernels::linear_bf16(bf16_bits(xb), x.size(0), bf16_bits(W), W.size(0), W.size(1), y.data_ptr<float>(),
+  ops::linear_bf16(bf16_bits(xb), x.size(0), bf16_bits(W), W.size(0), W.size(1), y.data_ptr<float>(),
                        W.size(0));
   return y;
 }
@@ -77,7 +77,7 @@ class FrozenHeadFn : public torch::autograd::Function<FrozenHeadFn> {
     at::Tensor gb = at::zeros({g.size(0), Vp}, at::kBFloat16);
     gb.narrow(1, 0, V).copy_(g);
     at::Tensor gh = at::empty({g.size(0), headT.size(0)}, at::kFloat);
-    kernels::linear_bf16(bf16_bits(gb), g.size(0), bf16_bits(headT), headT.size(0), Vp, gh.data_ptr<float>(),
+    ops::linear_bf16(bf16_bits(gb), g.size(0), bf16_bits(headT), headT.size(0), Vp, gh.data_ptr<float>(),
                          headT.size(0));
     return {gh, at::Tensor(), at::Tensor()};
   }

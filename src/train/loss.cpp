@@ -10,7 +10,7 @@
 #include <cmath>
 
 #include "dspark/error.hpp"
-#include "dspark/model/kernels.hpp"
+#include "dspark/ops/kernels.hpp"
 
 namespace dspark::train {
 
@@ -209,7 +209,7 @@ at::Tensor head_logits(const at::Tensor& h, const at::Tensor& lm_head, double so
   if (h.scalar_type() == at::kFloat && precision == MatmulPrecision::BFloat16 && lm_head.size(1) % 32 == 0) {
     at::Tensor hb = h.to(at::kBFloat16).contiguous(), wb = lm_head.to(at::kBFloat16).contiguous();
     logits = at::empty({h.size(0), wb.size(0)}, at::kFloat);
-    kernels::linear_bf16(reinterpret_cast<const uint16_t*>(hb.data_ptr<at::BFloat16>()), h.size(0),
+    ops::linear_bf16(reinterpret_cast<const uint16_t*>(hb.data_ptr<at::BFloat16>()), h.size(0),
                          reinterpret_cast<const uint16_t*>(wb.data_ptr<at::BFloat16>()), wb.size(0), wb.size(1),
                          logits.data_ptr<float>(), wb.size(0));
   } else {

@@ -124,11 +124,11 @@ def health_and_models(ctx):
 
 @check("full")
 def chat_non_streaming(ctx):
-    r = chat(ctx, "What is the capital of France?", max_tokens=16)
+    r = chat(ctx, "Name the capital city of France.", max_tokens=16)
     assert r.object == "chat.completion", r
     msg = r.choices[0].message
     assert msg.role == "assistant", msg
-    assert msg.content.startswith("The capital of France is Paris"), msg.content
+    assert msg.content.startswith("The capital city of France is Paris"), msg.content
     assert r.choices[0].finish_reason in ("stop", "length"), r.choices[0]
     check_usage(r, 16)
     check_stats(r)
@@ -242,8 +242,8 @@ def stop_string_across_tokens(ctx):
 
 @check("full")
 def stop_string_in_chat(ctx):
-    full = chat(ctx, "What is the capital of France?", max_tokens=16).choices[0].message.content
-    r = chat(ctx, "What is the capital of France?", max_tokens=16, stop=["Paris"])
+    full = chat(ctx, "Name the capital city of France.", max_tokens=16).choices[0].message.content
+    r = chat(ctx, "Name the capital city of France.", max_tokens=16, stop=["Paris"])
     assert r.choices[0].message.content == full[: full.index("Paris")], (r.choices[0].message.content, full)
     assert r.choices[0].finish_reason == "stop"
 

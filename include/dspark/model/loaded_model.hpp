@@ -21,7 +21,7 @@ struct LoadedModel {
 
   /// Loads model, tokenizer and chat template from a GGUF path or alias.
   /// Throws dspark::Error / FormatError (see load_target, Tokenizer::from_gguf).
-  static LoadedModel load(const std::string& path_or_alias);
+  static LoadedModel load(const std::string& path_or_alias, ops::Compute compute = ops::Compute::Quant);
 
   /// Prompt ids. With `chat`, `text` becomes one user message followed by the
   /// generation prompt (content tokenized with special-token parsing off);

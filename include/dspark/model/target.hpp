@@ -11,11 +11,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "dspark/model/kv_cache.hpp"
+#include "dspark/ops/linear.hpp"
 
 namespace dspark {
 
@@ -37,6 +39,7 @@ struct TargetInfo {
   double rms_eps = 1e-5;
   double rope_base = 10000.0;
   double logit_softcap = 0.0;  // 0 = none
+  std::string compute = "bf16";  // how matmuls run: "quant" (on the GGUF blocks) or "bf16"
 };
 
 /// Which positions of a call need logits.
@@ -87,18 +90,32 @@ class TargetModel {
   /// (0 = the model's context length).
   KVCache new_cache(int64_t max_tokens = 0) const;
 
-  /// Token embedding table [V, d] bf16 (shared with drafters; do not modify).
-  virtual const at::Tensor& embedding() const = 0;
-  /// LM head weight [V, d] bf16 (tied models return the embedding).
-  virtual const at::Tensor& lm_head() const = 0;
+  /// Token embedding table [V, d] as the forward pass reads it (quantized
+  /// blocks or bf16). Copies share the storage.
+  virtual const ops::Linear& embedding_table() const = 0;
+  /// LM head [V, d] (tied models: the embedding table).
+  virtual const ops::Linear& head() const = 0;
   /// Final RMSNorm weight [d] fp32.
   virtual const at::Tensor& output_norm() const = 0;
+
+  /// The embedding table and LM head dequantized to bf16 [V, d] tensors, made
+  /// on first use (training reads them through ATen; decoding does not need
+  /// them). Thread-safe.
+  const at::Tensor& embedding() const;
+  const at::Tensor& lm_head() const;
+
+ private:
+  mutable std::once_flag embd_once_, head_once_;
+  mutable at::Tensor embd_bf16_, head_bf16_;
 };
 
 /// Loads a target from a GGUF file (or a model alias such as "smollm2", see
-/// resolve_model_path). Dispatches on general.architecture. Throws
+/// resolve_model_path). Dispatches on general.architecture. `compute`:
+/// Quant multiplies on the file's quantized blocks (tensors of other types
+/// are dequantized to bf16), BF16 dequantizes every matrix to bf16. Throws
 /// dspark::FormatError for an unsupported architecture or a broken file.
-std::unique_ptr<TargetModel> load_target(const std::string& path_or_alias);
+std::unique_ptr<TargetModel> load_target(const std::string& path_or_alias,
+                                         ops::Compute compute = ops::Compute::Quant);
 
 /// Resolves an alias ("smollm2") to its file under $DSPARK_HOME/models
 /// (default ~/.cache/dspark/models); other strings are returned unchanged.

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "dspark/model/target.hpp"
+#include "dspark/ops/linear.hpp"
 #include "dspark/spec/sampling.hpp"
 
 namespace dspark {
@@ -135,8 +136,9 @@ class Drafter : public DraftModel {
   /// The expected parameter names and shapes for `cfg` (the one registry).
   static std::vector<std::pair<std::string, std::vector<int64_t>>> param_spec(const DrafterConfig& cfg);
 
-  /// Binds the frozen shared tensors of the target (embedding, LM head) and
-  /// prepares bf16 inference copies. Throws InvalidArgument on a dim mismatch.
+  /// Binds the frozen shared tensors of the target (embedding, LM head, as
+  /// the target computes them: quantized or bf16) and prepares bf16 copies of
+  /// the drafter's matrices. Throws InvalidArgument on a dim mismatch.
   void bind(const TargetModel& target);
 
   int gamma() const override { return cfg_.gamma; }
@@ -161,11 +163,13 @@ class Drafter : public DraftModel {
   at::Tensor block_hidden(const DraftState& st, TokenId anchor, int gamma) const;
 
  private:
-  at::Tensor w(const std::string& name) const;  // inference copy (bf16 or fp32)
+  const at::Tensor& w(const std::string& name) const;     // fp32 vectors, W1 (bf16)
+  const ops::Linear& lin(const std::string& name) const;  // matrices (bf16), fused ones too
   DrafterConfig cfg_;
   std::map<std::string, at::Tensor> params_;
-  std::map<std::string, at::Tensor> infer_;  // compute-dtype copies after bind()
-  at::Tensor embed_, head_;                  // target's, shared (head_: draft-vocab rows)
+  std::map<std::string, at::Tensor> infer_;   // vectors and the Markov embedding after bind()
+  std::map<std::string, ops::Linear> lin_;    // matrices after bind()
+  ops::Linear embed_, head_;                  // target's, shared (head_: draft-vocab rows)
   std::vector<TokenId> vocab_ids_;           // draft-vocab row -> token id (empty: identity)
   bool bound_ = false;
 };

@@ -1,4 +1,4 @@
-// dspark/model/kernels.hpp — CPU kernels of the target forward pass.
+// dspark/ops/kernels.hpp — CPU kernels of the target forward pass.
 //
 // These are the decode hot path. Every kernel computes each output row
 // independently with a fixed reduction order, so a row's result is bitwise
@@ -14,7 +14,7 @@
 
 #include <cstdint>
 
-namespace dspark::kernels {
+namespace dspark::ops {
 
 /// fp32 -> bf16 with round-to-nearest-even (NaN stays NaN).
 uint16_t f32_to_bf16(float v);
@@ -53,7 +53,7 @@ void rope_pairs(float* x, int64_t T, int64_t row_stride, int64_t n_heads, int64_
 /// (the new keys/values already written at rows n_past..n_past+T-1).
 /// causal: query t sees keys 0..n_past+t; otherwise every query sees keys
 /// 0..n_past+T-1 (bidirectional inside the block, as the drafter needs).
-/// out: [T, n_heads*hd] bf16. Each (t, head) pair is computed independently
+/// out: [T, n_heads*hd] fp32. Each (t, head) pair is computed independently
 /// (batch invariant); with AVX-512 and hd % 16 == 0, scores go 16 keys per
 /// reduction and P·V keeps its accumulators in registers, in the scalar
 /// path's order per element (P·V by fused multiply-adds). With hd % 64 == 0, up to six
@@ -62,13 +62,13 @@ void rope_pairs(float* x, int64_t T, int64_t row_stride, int64_t n_heads, int64_
 /// Parallel over (group, t, head); the split never changes a result.
 void attention(const float* q, int64_t q_stride, const float* K, const float* V, int64_t cap,
                int64_t n_past, int64_t T, int64_t n_heads, int64_t n_kv, int64_t hd, float scale,
-               uint16_t* out, bool causal = true);
+               float* out, bool causal = true);
 
-/// SwiGLU: out[n, f] = silu(gu[n, f]) * gu[n, F + f]; gu: [N, 2F] fp32, out: [N, F] bf16.
+/// SwiGLU: out[n, f] = silu(gu[n, f]) * gu[n, F + f]; gu: [N, 2F] fp32, out: [N, F] fp32.
 /// Parallel over elements (ATen threads); results do not depend on the split.
-void silu_mul_to_bf16(const float* gu, int64_t N, int64_t F, uint16_t* out);
+void silu_mul(const float* gu, int64_t N, int64_t F, float* out);
 
 /// x[n, :] += y[n, :] over [N, D] fp32 (y with row stride ldy).
 void add_rows(float* x, const float* y, int64_t N, int64_t D, int64_t ldy);
 
-}  // namespace dspark::kernels
+}  // namespace dspark::ops

@@ -1,12 +1,9 @@
-// CPU kernels of the target forward pass; see include/dspark/model/kernels.hpp.
-#include "dspark/model/kernels.hpp"
+// CPU kernels of the target forward pass; see include/dspark/ops/kernels.hpp.
+#include "dspark/ops/kernels.hpp"
 
 #include <ATen/Parallel.h>
-// GCC 12's AVX-512 headers trip -Wuninitialized inside their own shuffle
-// intrinsics (the "undefined" pass-through operand); the code here is fine.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
+
+#include "simd_reduce.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -15,7 +12,7 @@
 
 #include "dspark/error.hpp"
 
-namespace dspark::kernels {
+namespace dspark::ops {
 
 uint16_t f32_to_bf16(float v) {
   uint32_t u;
@@ -41,14 +38,9 @@ bool has_avx512bf16() {
   return ok;
 }
 
-// Horizontal sum of 16 lanes in a fixed pairwise order.
-__attribute__((target("avx512f"))) inline float hsum16(__m512 v) {
-  alignas(64) float t[16];
-  _mm512_store_ps(t, v);
-  for (int s = 8; s > 0; s /= 2)
-    for (int l = 0; l < s; ++l) t[l] += t[l + s];
-  return t[0];
-}
+using simd::hsum16;
+using simd::lane_of;
+using simd::reduce16;
 
 bool has_avx512f() {
   static const bool ok = __builtin_cpu_supports("avx512f");
@@ -62,24 +54,6 @@ bool has_avx512f() {
 // with shuffles; since every lane operation involves only one accumulator, a
 // dot's result does not depend on the tile it was computed in, on N, or on the
 // row split across threads.
-
-// Reduces v[0..15] to one vector whose lane 4k+j holds the sum of v[4j+k].
-__attribute__((target("avx512f"))) inline __m512 reduce16(const __m512* v) {
-  __m512 c[8], e[4], g[2];
-  for (int i = 0; i < 8; ++i)
-    c[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x44),
-                         _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xEE));
-  for (int i = 0; i < 4; ++i)
-    e[i] = _mm512_add_ps(_mm512_shuffle_f32x4(c[2 * i], c[2 * i + 1], 0x88),
-                         _mm512_shuffle_f32x4(c[2 * i], c[2 * i + 1], 0xDD));
-  for (int i = 0; i < 2; ++i)
-    g[i] = _mm512_add_ps(_mm512_shuffle_ps(e[2 * i], e[2 * i + 1], 0x44),
-                         _mm512_shuffle_ps(e[2 * i], e[2 * i + 1], 0xEE));
-  return _mm512_add_ps(_mm512_shuffle_ps(g[0], g[1], 0x88), _mm512_shuffle_ps(g[0], g[1], 0xDD));
-}
-
-// Lane of reduce16's result that holds accumulator a.
-constexpr int lane_of(int a) { return 4 * (a % 4) + a / 4; }
 
 // Prefetches the four 64-byte lines at column k of rows 0..3 of `pf`.
 inline void prefetch4(const uint16_t* pf, int64_t K, int64_t k) {
@@ -375,7 +349,7 @@ void pv_multi_n(int nq, const float* const* p, const float* V, int64_t j0, int64
 // few runs of queries reading the same keys and values.
 void attention_grouped(const float* q, int64_t q_stride, const float* K, const float* V, int64_t cap,
                        int64_t n_past, int64_t T, int64_t n_heads, int64_t n_kv, int64_t hd, float scale,
-                       uint16_t* out, bool causal) {
+                       float* out, bool causal) {
   const int64_t group = n_heads / n_kv, per_group = T * group;
   const int64_t work = (n_past + T) * hd * 2;
   at::parallel_for(0, n_kv * per_group, std::max<int64_t>(1, 65536 / std::max<int64_t>(work, 1)),
@@ -422,8 +396,8 @@ void attention_grouped(const float* q, int64_t q_stride, const float* K, const f
       for (int i = 0; i < nq; ++i)
         if (L[i] > lmin) pv_multi_n(1, ps + i, Vg, lmin, L[i], hd, accs + i);
       for (int i = 0; i < nq; ++i) {
-        uint16_t* o = out + t_of[i] * n_heads * hd + h_of[i] * hd;
-        for (int64_t d = 0; d < hd; ++d) o[d] = f32_to_bf16(accs[i][d] * inv[i]);
+        float* o = out + t_of[i] * n_heads * hd + h_of[i] * hd;
+        for (int64_t d = 0; d < hd; ++d) o[d] = accs[i][d] * inv[i];
       }
       u += nq;
     }
@@ -434,7 +408,7 @@ void attention_grouped(const float* q, int64_t q_stride, const float* K, const f
 
 void attention(const float* q, int64_t q_stride, const float* K, const float* V, int64_t cap,
                int64_t n_past, int64_t T, int64_t n_heads, int64_t n_kv, int64_t hd, float scale,
-               uint16_t* out, bool causal) {
+               float* out, bool causal) {
   if (has_avx512f() && hd % 64 == 0) {
     attention_grouped(q, q_stride, K, V, cap, n_past, T, n_heads, n_kv, hd, scale, out, causal);
     return;
@@ -478,20 +452,20 @@ void attention(const float* q, int64_t q_stride, const float* K, const float* V,
         }
       }
       const float inv = 1.f / sum;
-      uint16_t* o = out + t * n_heads * hd + h * hd;
-      for (int64_t d = 0; d < hd; ++d) o[d] = f32_to_bf16(acc[d] * inv);
+      float* o = out + t * n_heads * hd + h * hd;
+      for (int64_t d = 0; d < hd; ++d) o[d] = acc[d] * inv;
     }
   });
 }
 
-void silu_mul_to_bf16(const float* gu, int64_t N, int64_t F, uint16_t* out) {
+void silu_mul(const float* gu, int64_t N, int64_t F, float* out) {
   // Elementwise, so any split over (n, f) gives the same bits; ~2K elements
   // per task keeps the exp-bound work worth a thread.
   at::parallel_for(0, N * F, 2048, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t n = i / F, f = i % F;
       const float g = gu[n * 2 * F + f], u = gu[n * 2 * F + F + f];
-      out[i] = f32_to_bf16(g / (1.f + std::exp(-g)) * u);
+      out[i] = g / (1.f + std::exp(-g)) * u;
     }
   });
 }
@@ -501,4 +475,4 @@ void add_rows(float* x, const float* y, int64_t N, int64_t D, int64_t ldy) {
     for (int64_t d = 0; d < D; ++d) x[n * D + d] += y[n * ldy + d];
 }
 
-}  // namespace dspark::kernels
+}  // namespace dspark::ops
