@@ -11,11 +11,13 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "dspark/error.hpp"
 #include "dspark/io/gguf.hpp"
+#include "test_util.hpp"
 
 namespace {
 
@@ -553,3 +555,25 @@ TEST(DequantTensor, ErrorsNameTensorAndType) {
 }
 
 }  // namespace
+
+// The test fixtures' block writer (test::quantize_blocks) against this
+// dequantizer: every type round-trips random values to within one
+// quantization step of its block (a layout mix-up would move values by
+// whole blocks' ranges).
+TEST(DequantFixtures, QuantizeBlocksRoundTrips) {
+  std::mt19937 rng(77);
+  std::normal_distribution<float> nd(0.f, 0.5f);
+  std::vector<float> x(1024);
+  for (float& v : x) v = nd(rng);
+  for (GGMLType t : {GGMLType::Q8_0, GGMLType::Q4_0, GGMLType::Q4_1, GGMLType::Q5_0, GGMLType::Q4_K, GGMLType::Q6_K}) {
+    const std::string b = dspark::test::quantize_blocks(x, t);
+    std::vector<float> y(x.size());
+    dequantize_to_f32(id(t), reinterpret_cast<const uint8_t*>(b.data()), y.data(), static_cast<int64_t>(x.size()));
+    const int bits = t == GGMLType::Q8_0 ? 8 : t == GGMLType::Q5_0 ? 5 : t == GGMLType::Q6_K ? 6 : 4;
+    double range = 0;
+    for (float v : x) range = std::max(range, 2.0 * std::fabs(v));
+    const double step = range / ((1 << bits) - 1);
+    for (size_t i = 0; i < x.size(); ++i)
+      ASSERT_NEAR(y[i], x[i], step) << dspark::io::ggml_type_name(id(t)) << " element " << i;
+  }
+}

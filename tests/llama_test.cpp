@@ -418,6 +418,50 @@ TEST_F(LlamaTiny, BatchEqualsEachAlone) {
 
 TEST_F(LlamaTiny, HiddenTaps) { check_taps(m(), tokens(6, 30), {0, 1}); }
 
+// Every quantized weight type, computed on its blocks (--compute quant): the
+// same bitwise properties as the bf16 model — a sequence alone equals it
+// inside ragged batches of several lengths, prefill equals incremental
+// decoding, and a trimmed cache equals a fresh one. Hidden size 256 so the
+// 256-element K-quant super-blocks fit a row; the matrices hold random codes.
+class LlamaTinyQuant : public ::testing::TestWithParam<dspark::io::GGMLType> {};
+
+TEST_P(LlamaTinyQuant, BatchInvariantAndLosslessProperties) {
+  TempDir dir;
+  dspark::test::TinyLlamaOptions o;
+  o.hidden = 256;
+  o.n_heads = 4;
+  o.n_kv_heads = 2;
+  o.ffn = 512;
+  o.weight_type = GetParam();
+  const std::string path = dir.file("tiny-q.gguf");
+  dspark::test::write_tiny_llama(path, 5, o);
+  auto m = dspark::load_target(path, dspark::ops::Compute::Quant);
+  EXPECT_EQ(m->info().compute, "quant");
+  EXPECT_TRUE(m->head().quantized());
+  auto toks = [](size_t n, uint32_t seed) {
+    std::vector<TokenId> t(n);
+    for (size_t i = 0; i < n; ++i) t[i] = static_cast<TokenId>((seed * 2654435761u + i * 40503u) % dspark::test::kTinyVocab);
+    return t;
+  };
+  check_prefill_equals_incremental(*m, toks(20, 2));
+  check_trim_then_reforward(*m, toks(7, 3), toks(9, 4), toks(4, 5));
+  check_batch_equals_alone(*m, {toks(3, 10), {}, toks(6, 11), toks(1, 12)},
+                           {toks(5, 13), toks(1, 14), toks(33, 15), toks(8, 16)}, TapRequest{{1}, true});
+  // The dequantized bf16 path of the same file agrees to quantization noise.
+  auto b = dspark::load_target(path, dspark::ops::Compute::BF16);
+  KVCache cq = m->new_cache(), cb = b->new_cache();
+  const auto t = toks(12, 7);
+  const at::Tensor lq = m->forward_one(cq, t, Logits::All).logits, lb = b->forward_one(cb, t, Logits::All).logits;
+  const double err = (lq - lb).abs().max().item<double>(), scale = lb.abs().max().item<double>();
+  EXPECT_LT(err, 0.1 * scale) << "max |diff| " << err << " for logits up to " << scale;
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, LlamaTinyQuant,
+                         ::testing::Values(dspark::io::GGMLType::Q8_0, dspark::io::GGMLType::Q4_0,
+                                           dspark::io::GGMLType::Q4_1, dspark::io::GGMLType::Q5_0,
+                                           dspark::io::GGMLType::Q4_K, dspark::io::GGMLType::Q6_K),
+                         [](const auto& i) { return dspark::io::ggml_type_name(static_cast<uint32_t>(i.param)); });
+
 TEST_F(LlamaTiny, ErrorsLeaveCachesUnchanged) { check_errors(m()); }
 
 TEST_F(LlamaTiny, RepeatedTapLayerIsCapturedTwice) {

@@ -246,7 +246,7 @@ TEST(SpsProfile, MeasureSaveLoadRoundTrip) {
   EXPECT_EQ(p.b, (std::vector<int>{1, 2, 3, 4}));
   EXPECT_EQ(p.sps.size(), 4u);
   EXPECT_EQ(p.multi_b, (std::vector<int>{2, 3, 4}));
-  EXPECT_EQ(p.model, t.info().id);
+  EXPECT_EQ(p.model, t.info().id + "@" + t.info().compute);  // keyed by model and compute path
   test::TempDir dir;
   const std::string path = dir.file("sub/profile.json");
   save_sps_profile(path, p);

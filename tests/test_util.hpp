@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
@@ -151,9 +152,10 @@ struct TinyLlamaOptions {
   int64_t ffn = 128;
   int64_t context = 256;
   uint32_t version = 3;
-  /// Storage type of the matrices: F32, F16, BF16 or Q8_0 (norms are F32).
+  /// Storage type of the matrices: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0,
+  /// Q4_K or Q6_K (quantized by quantize_blocks; norms are F32).
   io::GGMLType weight_type = io::GGMLType::BF16;
-  /// Per-tensor type overrides. Types other than the four above get
+  /// Per-tensor type overrides. Types other than the ones above get
   /// deterministic random bytes of the right size (for unsupported-type tests).
   std::map<std::string, io::GGMLType> tensor_types;
   /// No output.weight: the LM head is tied to token_embd.
@@ -164,6 +166,113 @@ struct TinyLlamaOptions {
 
 inline constexpr int64_t kTinyVocab = 262;
 inline constexpr int32_t kTinyByteBase = 3;
+
+inline void put_f16(std::string& out, float v) {
+  const uint16_t h = c10::Half(v).x;
+  out.append(reinterpret_cast<const char*>(&h), 2);
+}
+
+/// Round-to-nearest quantization of `values` (a whole number of blocks) into
+/// ggml blocks of Q8_0, Q4_0, Q4_1, Q5_0 (32 values) or Q4_K, Q6_K (256), in
+/// the layouts of ggml-common.h (a test fixture writer, not ggml's optimizing
+/// quantizer: the dequantized values are within half a step of the input).
+inline std::string quantize_blocks(const std::vector<float>& values, io::GGMLType type) {
+  using T = io::GGMLType;
+  std::string out;
+  auto byte = [&](int v) { out.push_back(static_cast<char>(static_cast<uint8_t>(v))); };
+  const bool k = type == T::Q4_K || type == T::Q6_K;
+  const size_t B = k ? 256 : 32;
+  for (size_t i = 0; i < values.size(); i += B) {
+    const float* x = values.data() + i;
+    float amax = 0, max = 0, mn = x[0], mx = x[0];
+    for (size_t j = 0; j < B; ++j) {
+      if (std::fabs(x[j]) > amax) amax = std::fabs(x[j]), max = x[j];
+      mn = std::min(mn, x[j]);
+      mx = std::max(mx, x[j]);
+    }
+    if (type == T::Q8_0) {
+      const float d = amax / 127.f, id = d != 0.f ? 1.f / d : 0.f;
+      put_f16(out, d);
+      for (size_t j = 0; j < 32; ++j) byte(static_cast<int8_t>(std::lround(x[j] * id)));
+    } else if (type == T::Q4_0 || type == T::Q5_0) {
+      const int half = type == T::Q4_0 ? 8 : 16, top = 2 * half - 1;
+      const float d = max / static_cast<float>(-half), id = d != 0.f ? 1.f / d : 0.f;
+      int q[32];
+      for (int j = 0; j < 32; ++j) q[j] = std::clamp(static_cast<int>(std::lround(x[j] * id)) + half, 0, top);
+      put_f16(out, d);
+      if (type == T::Q5_0) {
+        uint32_t qh = 0;
+        for (int j = 0; j < 32; ++j) qh |= static_cast<uint32_t>(q[j] >> 4) << j;
+        out.append(reinterpret_cast<const char*>(&qh), 4);
+      }
+      for (int j = 0; j < 16; ++j) byte((q[j] & 0xF) | ((q[j + 16] & 0xF) << 4));
+    } else if (type == T::Q4_1) {
+      const float d = (mx - mn) / 15.f, id = d != 0.f ? 1.f / d : 0.f;
+      put_f16(out, d);
+      put_f16(out, mn);
+      int q[32];
+      for (int j = 0; j < 32; ++j) q[j] = std::clamp(static_cast<int>(std::lround((x[j] - mn) * id)), 0, 15);
+      for (int j = 0; j < 16; ++j) byte(q[j] | (q[j + 16] << 4));
+    } else if (type == T::Q4_K) {
+      float scale[8], mins[8];
+      for (int s = 0; s < 8; ++s) {
+        float lo = 0, hi = x[32 * s];
+        for (int j = 0; j < 32; ++j) lo = std::min(lo, x[32 * s + j]), hi = std::max(hi, x[32 * s + j]);
+        mins[s] = -lo;
+        scale[s] = (hi - lo) / 15.f;
+      }
+      const float d = *std::max_element(scale, scale + 8) / 63.f, dmin = *std::max_element(mins, mins + 8) / 63.f;
+      int sc[8], m[8];
+      for (int s = 0; s < 8; ++s) {
+        sc[s] = d != 0.f ? std::clamp(static_cast<int>(std::lround(scale[s] / d)), 1, 63) : 0;
+        m[s] = dmin != 0.f ? std::clamp(static_cast<int>(std::lround(mins[s] / dmin)), 0, 63) : 0;
+      }
+      put_f16(out, d);
+      put_f16(out, dmin);
+      const float dh = static_cast<float>(c10::Half(d)), mh = static_cast<float>(c10::Half(dmin));
+      for (int s = 0; s < 4; ++s) byte(sc[s] | ((sc[s + 4] >> 4) << 6));
+      for (int s = 0; s < 4; ++s) byte(m[s] | ((m[s + 4] >> 4) << 6));
+      for (int s = 0; s < 4; ++s) byte((sc[s + 4] & 0xF) | ((m[s + 4] & 0xF) << 4));
+      int q[256];
+      for (int j = 0; j < 256; ++j) {
+        const int s = j / 32;
+        const float step = dh * static_cast<float>(sc[s]);
+        q[j] = step != 0.f ? std::clamp(static_cast<int>(std::lround((x[j] + mh * static_cast<float>(m[s])) / step)), 0, 15) : 0;
+      }
+      for (int g = 0; g < 4; ++g)
+        for (int l = 0; l < 32; ++l) byte(q[64 * g + l] | (q[64 * g + 32 + l] << 4));
+    } else {  // Q6_K
+      float scale[16];
+      for (int s = 0; s < 16; ++s) {
+        float a = 0;
+        for (int j = 0; j < 16; ++j) a = std::max(a, std::fabs(x[16 * s + j]));
+        scale[s] = a / 31.f;
+      }
+      const float d = *std::max_element(scale, scale + 16) / 127.f;
+      const float dh = static_cast<float>(c10::Half(d));
+      int sc[16], q[256];
+      for (int s = 0; s < 16; ++s) sc[s] = d != 0.f ? std::clamp(static_cast<int>(std::lround(scale[s] / d)), 0, 127) : 0;
+      for (int j = 0; j < 256; ++j) {
+        const float step = dh * static_cast<float>(sc[j / 16]);
+        q[j] = (step != 0.f ? std::clamp(static_cast<int>(std::lround(x[j] / step)), -32, 31) : 0) + 32;
+      }
+      std::string ql(128, '\0'), qh(64, '\0');
+      for (int h = 0; h < 2; ++h)
+        for (int l = 0; l < 32; ++l) {
+          const int* e = q + 128 * h;
+          ql[64 * h + l] = static_cast<char>((e[l] & 0xF) | ((e[l + 64] & 0xF) << 4));
+          ql[64 * h + l + 32] = static_cast<char>((e[l + 32] & 0xF) | ((e[l + 96] & 0xF) << 4));
+          qh[32 * h + l] = static_cast<char>((e[l] >> 4) | ((e[l + 32] >> 4) << 2) | ((e[l + 64] >> 4) << 4) |
+                                             ((e[l + 96] >> 4) << 6));
+        }
+      out += ql;
+      out += qh;
+      for (int s = 0; s < 16; ++s) byte(static_cast<int8_t>(sc[s]));
+      put_f16(out, d);
+    }
+  }
+  return out;
+}
 
 /// GGUF payload of row-major `values` ([rows, cols], cols = ne[0]) in `type`.
 inline std::string encode_tensor(const std::vector<float>& values, int64_t cols, io::GGMLType type,
@@ -187,18 +296,15 @@ inline std::string encode_tensor(const std::vector<float>& values, int64_t cols,
       }
       break;
     case io::GGMLType::Q8_0:
-      for (size_t i = 0; i < values.size(); i += 32) {
-        float amax = 0.f;
-        for (size_t j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(values[i + j]));
-        const float d = amax / 127.f;
-        const uint16_t dh = c10::Half(d).x;
-        put(&dh, 2);
-        const float id = d != 0.f ? 1.f / d : 0.f;
-        for (size_t j = 0; j < 32; ++j) {
-          const int8_t q = static_cast<int8_t>(std::lround(values[i + j] * id));
-          put(&q, 1);
-        }
-      }
+    case io::GGMLType::Q4_0:
+    case io::GGMLType::Q4_1:
+    case io::GGMLType::Q5_0:
+    case io::GGMLType::Q4_K:
+    case io::GGMLType::Q6_K:
+      if (cols % (type == io::GGMLType::Q4_K || type == io::GGMLType::Q6_K ? 256 : 32) != 0)
+        throw std::invalid_argument("encode_tensor: rows of " + std::to_string(cols) + " values are no whole " +
+                                    io::ggml_type_name(static_cast<uint32_t>(type)) + " blocks");
+      out = quantize_blocks(values, type);
       break;
     default: {
       const auto traits = io::ggml_type_traits(static_cast<uint32_t>(type));

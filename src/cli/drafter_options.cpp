@@ -77,6 +77,7 @@ std::string shipped_drafter_for_target(const std::string& target_id) {
 
 std::unique_ptr<Drafter> DrafterOptions::load(const std::string& model_arg, const TargetModel& target) const {
   target_id_ = target.info().id;
+  profile_key_ = sps_profile_key(target.info());
   std::string dir = drafter;
   if (dir.empty()) throw InvalidArgument("--drafter: expected a directory, 'none' or 'auto', got an empty string");
   if (dir == "none") return nullptr;
@@ -104,7 +105,7 @@ void DrafterOptions::measure_profile(TargetModel& target) const {
               << " (once, about a second) ..." << std::endl;
   const SpsProfile p = measure_sps(target, o);
   measured_sps_ = p.sps;
-  const std::string path = default_profile_path(target_id_);
+  const std::string path = default_profile_path(profile_key_);
   try {
     save_sps_profile(path, p);
     if (tty) std::cerr << "saved " << path << " (`dspark profile -m MODEL` measures it again)" << std::endl;
@@ -122,15 +123,15 @@ SpecOptions DrafterOptions::spec(TargetModel* target) const {
     const bool explicit_pruning = min_conf >= 0 || !thresholds.empty();
     bool have_profile = !profile.empty() || measured_sps_.has_value();
     const bool wants_profile = !explicit_pruning && !no_prune && drafter_gamma_ > 0;
-    if (!have_profile && wants_profile && std::filesystem::exists(default_profile_path(target_id_))) {
+    if (!have_profile && wants_profile && std::filesystem::exists(default_profile_path(profile_key_))) {
       // The default profile was written by this program; when it cannot be
       // read (damaged, or from an incompatible version), measure a new one
       // rather than failing every run.
       try {
-        measured_sps_ = load_sps_profile(default_profile_path(target_id_)).sps;
+        measured_sps_ = load_sps_profile(default_profile_path(profile_key_)).sps;
         have_profile = true;
       } catch (const Error& e) {
-        std::cerr << "warning: ignoring the SPS profile " << default_profile_path(target_id_) << ": " << e.what()
+        std::cerr << "warning: ignoring the SPS profile " << default_profile_path(profile_key_) << ": " << e.what()
                   << "\n";
       }
     }
@@ -147,10 +148,10 @@ SpecOptions DrafterOptions::spec(TargetModel* target) const {
     s.sps = *measured_sps_;
   } else if (schedule == "sps") {
     const std::string path = !profile.empty()         ? profile
-                             : !target_id_.empty()    ? default_profile_path(target_id_)
+                             : !profile_key_.empty()  ? default_profile_path(profile_key_)
                                                       : throw InvalidArgument("--schedule sps: no model loaded");
     const SpsProfile prof = load_sps_profile(path);
-    if (const std::string w = sps_profile_mismatch(prof, path, target_id_); !w.empty())
+    if (const std::string w = sps_profile_mismatch(prof, path, profile_key_); !w.empty())
       std::cerr << "warning: " << w << "\n";
     s.sps = prof.sps;
   }

@@ -49,6 +49,7 @@ struct DrafterOptions {
   void measure_profile(TargetModel& target) const;
 
   mutable std::string target_id_;     // set by load()
+  mutable std::string profile_key_;   // sps_profile_key of the target, set by load()
   mutable std::string resolved_dir_;  // set by load()
   mutable int drafter_gamma_ = 0;     // set by load() when a drafter is loaded
   mutable std::optional<std::vector<double>> measured_sps_;  // the default profile, read or measured by spec()

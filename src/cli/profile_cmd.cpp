@@ -33,7 +33,7 @@ class ProfileCommand : public Command {
   int run() override {
     model_.apply_threads();
     auto target = load_target(model_.model, model_.compute_mode());
-    const std::string path = out_.empty() ? default_profile_path(target->info().id) : out_;
+    const std::string path = out_.empty() ? default_profile_path(sps_profile_key(target->info())) : out_;
     prepare_output_file(path, "--out");
     std::printf("%6s %12s %12s\n", "B", "steps/s", "ms/step");
     const SpsProfile p = measure_sps(*target, o_, [](int b, double sps) {

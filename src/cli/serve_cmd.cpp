@@ -110,11 +110,11 @@ class ServeCommand : public Command {
     }
     std::string path = sps_;
     if (sps_ == "auto") {
-      path = default_profile_path(target.info().id);
+      path = default_profile_path(sps_profile_key(target.info()));
       if (!std::filesystem::exists(path)) return {};
     }
     const SpsProfile prof = load_sps_profile(path);
-    if (const std::string w = sps_profile_mismatch(prof, path, target.info().id); !w.empty())
+    if (const std::string w = sps_profile_mismatch(prof, path, sps_profile_key(target.info())); !w.empty())
       std::cerr << "warning: " << w << "\n";
     return prof.sps;
   }

@@ -25,6 +25,7 @@
 #include <c10/util/Half.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -208,7 +209,7 @@ float dot_portable(GGMLType t, const uint8_t* row, int64_t n_blocks32, const XPa
 
 // ---- AVX512-VNNI path ----------------------------------------------------------------
 
-#define DSPARK_VNNI __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx512vbmi,f16c")))
+#define DSPARK_VNNI __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx512vbmi,avx512bitalg,f16c")))
 
 // Two blocks' 16 nibble bytes each -> nibble32-order codes.
 DSPARK_VNNI inline __m512i unpack_nibbles(__m128i a, __m128i b) {
@@ -293,6 +294,94 @@ DSPARK_VNNI inline void transpose16(__m512i* r) {
 DSPARK_VNNI inline __m512i gather_rows(const uint8_t* base, __m512i rows, int64_t off) {
   return _mm512_i32gather_epi32(_mm512_add_epi32(rows, _mm512_set1_epi32(static_cast<int>(off))), base, 1);
 }
+
+// 8x8 transposes of 32-bit elements in both 256-bit halves of P[0..7]:
+// afterwards P[j] half h lane i = old P[i] half h lane j.
+DSPARK_VNNI inline void transpose8x2(__m512i* P) {
+  __m512i t[8], u[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(P[i], P[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(P[i], P[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    u[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    u[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    u[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    u[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  const __m512i lo = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13), hi = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
+  for (int i = 0; i < 4; ++i) {
+    P[i] = _mm512_permutex2var_epi64(u[i], lo, u[4 + i]);
+    P[4 + i] = _mm512_permutex2var_epi64(u[i], hi, u[4 + i]);
+  }
+}
+
+// Codes of pair p for 16 rows, transposed: g[j] lane r = code group j of row r.
+// The 4-bit types move their 32 packed bytes per row (8 dwords) through an
+// 8x8 transpose per row half and unpack nibbles afterwards: group j < 8 is
+// the low nibbles of packed dword j, group j + 8 its high nibbles (the
+// nibble32 order for Q4_0/Q4_1/Q5_0, natural order for Q4_K).
+template <GGMLType T>
+DSPARK_VNNI inline void tile_codes(const uint8_t* base, const int32_t* offs, int64_t p, bool half, __m512i* g) {
+  if constexpr (T == GGMLType::Q4_0 || T == GGMLType::Q4_1 || T == GGMLType::Q5_0 || T == GGMLType::Q4_K) {
+    __m512i P[8];
+    if constexpr (T == GGMLType::Q4_K) {
+      const int64_t at = (p / 4) * 144 + 16 + 32 * (p % 4);
+      for (int i = 0; i < 8; ++i)
+        P[i] = _mm512_inserti64x4(
+            _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(base + offs[i] + at))),
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(base + offs[i + 8] + at)), 1);
+    } else {
+      constexpr int bb = T == GGMLType::Q4_0 ? 18 : T == GGMLType::Q4_1 ? 20 : 22;
+      constexpr int off = T == GGMLType::Q4_0 ? 2 : T == GGMLType::Q4_1 ? 4 : 6;
+      alignas(64) static constexpr auto idx = [] {
+        std::array<uint8_t, 64> a{};
+        for (int k = 0; k < 16; ++k) {
+          a[k] = static_cast<uint8_t>(off + k);
+          a[16 + k] = static_cast<uint8_t>(bb + off + k);
+          a[32 + k] = static_cast<uint8_t>(64 + off + k);
+          a[48 + k] = static_cast<uint8_t>(64 + bb + off + k);
+        }
+        return a;
+      }();
+      const __m512i ix = _mm512_load_si512(idx.data());
+      const __mmask64 m = half ? (__mmask64{1} << bb) - 1 : (__mmask64{1} << (2 * bb)) - 1;
+      const int64_t at = 2 * p * bb;
+      for (int i = 0; i < 8; ++i)
+        P[i] = _mm512_permutex2var_epi8(_mm512_maskz_loadu_epi8(m, base + offs[i] + at), ix,
+                                        _mm512_maskz_loadu_epi8(m, base + offs[i + 8] + at));
+    }
+    transpose8x2(P);
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    for (int j = 0; j < 8; ++j) {
+      g[j] = _mm512_and_si512(P[j], m4);
+      g[j + 8] = _mm512_and_si512(_mm512_srli_epi16(P[j], 4), m4);
+    }
+    if constexpr (T == GGMLType::Q5_0) {
+      // Fifth bits: element e of block b is bit e of that block's qh. Lane r of
+      // group j holds 4 elements of one block; vpshufbitqmb picks their bits
+      // from qword lanes holding the qh of rows 2L (low dword) and 2L+1.
+      const __m512i rows = _mm512_load_si512(offs);
+      const __m512i h0 = gather_rows(base, rows, 2 * p * 22 + 2);
+      const __m512i h1 = half ? _mm512_setzero_si512() : gather_rows(base, rows, (2 * p + 1) * 22 + 2);
+      alignas(64) static constexpr auto sel = [] {
+        std::array<std::array<uint8_t, 64>, 16> a{};
+        for (int j = 0; j < 16; ++j)
+          for (int i = 0; i < 64; ++i)
+            a[j][i] = static_cast<uint8_t>(((i % 8) / 4) * 32 + (j < 8 ? 0 : 16) + 4 * (j % 4) + i % 4);
+        return a;
+      }();
+      for (int j = 0; j < 16; ++j) {
+        const __mmask64 hb = _mm512_bitshuffle_epi64_mask((j / 4) % 2 ? h1 : h0, _mm512_load_si512(sel[j].data()));
+        g[j] = _mm512_mask_add_epi8(g[j], hb, g[j], _mm512_set1_epi8(16));
+      }
+    }
+  } else {
+    for (int r = 0; r < 16; ++r) g[r] = row_codes<T>(base + offs[r], p, half);
+    transpose16(g);
+  }
+}
+
 // Low / high binary16 of each lane -> fp32.
 DSPARK_VNNI inline __m512 half_lo(__m512i v) { return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v)); }
 DSPARK_VNNI inline __m512 half_hi(__m512i v) { return half_lo(_mm512_srli_epi32(v, 16)); }
@@ -370,12 +459,15 @@ DSPARK_VNNI void tile16(const QMatrix& W, int64_t r0, int rows, const XPair* con
   alignas(64) int32_t offs[16];
   for (int r = 0; r < 16; ++r) offs[r] = static_cast<int32_t>(r < rows ? r * rb : 0);
   const __m512i rows_v = _mm512_load_si512(offs);
+  const int64_t pf_lines = (16 * rb / 64 + n_pairs - 1) / n_pairs;
   std::fill(acc, acc + 32 * N, 0.f);  // [N][acc, accm][16 lanes], 64-byte aligned
   for (int64_t p = 0; p < n_pairs; ++p) {
     const bool half = odd && p == n_pairs - 1;
+    // Prefetch this pair's share of the next tile's rows.
+    for (int64_t l = p * pf_lines; l < (p + 1) * pf_lines; ++l)
+      _mm_prefetch(reinterpret_cast<const char*>(base + 16 * rb + 64 * l), _MM_HINT_T0);
     __m512i g[16];
-    for (int r = 0; r < 16; ++r) g[r] = row_codes<T>(base + offs[r], p, half);
-    transpose16(g);
+    tile_codes<T>(base, offs, p, half, g);
     __m512 dw[4], mw[4];
     tile_scales<T>(base, rows_v, p, half, dw, mw);
     for (int64_t n = 0; n < N; ++n) {
@@ -435,7 +527,7 @@ void unit_portable(const QMatrix& W, int64_t r0, int rows, const XPair* const* x
 bool has_avx512vnni() {
   static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
-                         __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("f16c");
+                         __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512bitalg") && __builtin_cpu_supports("f16c");
   return ok;
 }
 
@@ -530,12 +622,30 @@ int nearest_int(float v) {
 // Codes and one scale per 32 values as ggml's Q8_0 / Q8_1 rows: code =
 // round(x · 127 / max|x|) (ties to even), d = max|x| / 127 (returned
 // unrounded; the rows keep it as binary16).
-void quantize32(const float* v, int8_t* codes, float& d) {
+void quantize32_portable(const float* v, int8_t* codes, float& d) {
   float amax = 0.f;
   for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(v[j]));
   const float id = amax != 0.f ? 127.f / amax : 0.f;
   for (int j = 0; j < 32; ++j) codes[j] = static_cast<int8_t>(std::nearbyint(v[j] * id));
   d = amax / 127.f;
+}
+
+// The same operations on AVX-512 (vcvtps2dq rounds to nearest even like
+// nearbyint in the default rounding mode), so the codes are identical.
+__attribute__((target("avx512f,avx512bw"))) void quantize32_avx512(const float* v, int8_t* codes, float& d) {
+  const __m512 a = _mm512_loadu_ps(v), b = _mm512_loadu_ps(v + 16);
+  const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(b)));
+  const __m512 id = _mm512_set1_ps(amax != 0.f ? 127.f / amax : 0.f);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(codes), _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(a, id))));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + 16),
+                   _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(b, id))));
+  d = amax / 127.f;
+}
+
+void quantize32(const float* v, int8_t* codes, float& d) {
+  static const bool fast = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+  if (fast) quantize32_avx512(v, codes, d);
+  else quantize32_portable(v, codes, d);
 }
 
 // Codes and one scale per 256 values as ggml's Q8_K rows: the value of

@@ -81,7 +81,7 @@ SpsProfile measure_sps(TargetModel& target, const SpsProfileOptions& o,
                           std::to_string(o.bmax) + " exceeds the model's context length " +
                           std::to_string(info.context));
   SpsProfile p;
-  p.model = info.id;
+  p.model = sps_profile_key(info);
   p.threads = at::get_num_threads();
   p.context = o.context;
   p.repetitions = o.repetitions;
@@ -157,6 +157,8 @@ std::string dspark_home_dir() {
   const char* home = std::getenv("HOME");
   return std::string(home && *home ? home : ".") + "/.cache/dspark";
 }
+
+std::string sps_profile_key(const TargetInfo& t) { return t.id + "@" + t.compute; }
 
 std::string default_profile_path(const std::string& model_id) {
   std::string name = model_id.empty() ? "model" : model_id;

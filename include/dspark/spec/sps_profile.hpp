@@ -4,10 +4,12 @@
 // machine, consumed by the scheduler of scheduler.hpp).
 //
 // Profile file (JSON, written atomically):
-//   {"model": target id, "threads": n, "context": tokens, "repetitions": n,
+//   {"model": profile key (target id @ compute path), "threads": n, "context": tokens, "repetitions": n,
 //    "b": [1..Bmax], "sps": [SPS(1)..SPS(Bmax)],
 //    "multi"?: {"requests": R, "b": [R..Bmax], "sps": [...]}}
-// Default location: $DSPARK_HOME/profiles/<model id>.json
+// Default location: $DSPARK_HOME/profiles/<profile key>.json. Verify costs
+// depend on the compute path (quantized blocks or bf16) as much as on the
+// model, so profiles are keyed by both.
 // ($DSPARK_HOME defaults to ~/.cache/dspark).
 #pragma once
 
@@ -23,7 +25,7 @@ namespace dspark {
 
 /// A measured SPS curve.
 struct SpsProfile {
-  std::string model;          // TargetInfo::id of the profiled target
+  std::string model;          // sps_profile_key() of the profiled target
   int threads = 0;            // ATen intra-op threads during measurement
   int64_t context = 0;        // tokens already in the cache of each sequence
   int repetitions = 0;        // timed calls per point (the median is kept)
@@ -63,6 +65,10 @@ nlohmann::json sps_profile_to_json(const SpsProfile& p);
 /// when a key is missing or malformed, "b" is not 1..n, or "sps" differs in
 /// length or holds a value that is not positive and finite.
 SpsProfile sps_profile_from_json(const nlohmann::json& j, const std::string& where);
+
+/// "<target id>@<compute>", e.g. "llama/smollm2-135M-...@quant": what a
+/// profile was measured on.
+std::string sps_profile_key(const TargetInfo& t);
 
 /// $DSPARK_HOME (or ~/.cache/dspark when unset).
 std::string dspark_home_dir();
