@@ -31,15 +31,13 @@ demo: cli
 	$(DSPARK) generate -m smollm2 --chat -n 96 --temp 0 \
 	  -p "Explain in three sentences why the sky is blue."
 
-# Plain vs speculative decoding (and llama.cpp on the same GGUF when its
-# oracle is installed: cd scripts/oracle && npm install).
+# Plain vs speculative decoding, then plain decoding of dspark (both compute
+# paths) against llama.cpp on the same GGUF (llama-bench from
+# $LLAMACPP_DIR, default ~/.cache/llamacpp, when built).
 BENCH_RUNS ?= 3
 bench: cli
 	$(DSPARK) bench -m smollm2 --prompts $(PROMPTS) -n 128 --temp 0 --runs $(BENCH_RUNS)
-	@if [ -d scripts/oracle/node_modules ]; then \
-	  echo "llama.cpp (node-llama-cpp) on the same GGUF and prompts:"; \
-	  node scripts/oracle/bench_llamacpp.mjs --new-tokens 128 --threads 2 --prompts $(PROMPTS); \
-	else echo "(llama.cpp reference skipped: cd scripts/oracle && npm install)"; fi
+	DSPARK=$(DSPARK) scripts/bench_vs_llamacpp.sh --runs $(BENCH_RUNS) --prompts $(PROMPTS)
 
 clean:
 	rm -rf $(BUILD_DIR)

@@ -254,8 +254,9 @@ struct Trainer::Impl {
   // Opens the --feature-cache-dir cache and prints its size estimate.
   void open_disk_cache() {
     const DrafterConfig& dc = drafter->config();
-    FeatureCacheKey key{target.info().id, dc.tap_layers, max_len(), cfg.precision == MatmulPrecision::BFloat16,
-                        draft_vocab()};
+    // Features depend on the target's compute path (quantized blocks or bf16) too.
+    FeatureCacheKey key{target.info().id + "@" + target.info().compute, dc.tap_layers, max_len(),
+                        cfg.precision == MatmulPrecision::BFloat16, draft_vocab()};
     disk = std::make_unique<DiskFeatureCache>(cfg.feature_cache_dir, key);
     if (cfg.progress == Progress::None) return;
     int64_t n_tokens = 0;

@@ -37,7 +37,7 @@ struct TargetFeatures {
 
 /// What the stored features depend on.
 struct FeatureCacheKey {
-  std::string target_id;       // TargetInfo::id
+  std::string target_id;       // TargetInfo::id @ TargetInfo::compute
   std::vector<int> tap_layers;  // the drafter's tapped layers
   int64_t max_len = 0;          // sequences truncated to this many tokens
   bool bf16 = true;             // storage dtype (bf16, else fp32)
