@@ -477,11 +477,11 @@ DSPARK_VNNI void tile16(const QMatrix& W, int64_t r0, int rows, const XPair* con
         part[u][0] = Tr::ti.shift ? _mm512_set1_epi32(-(a.s[u] * (1 << Tr::ti.shift))) : _mm512_setzero_si512();
         part[u][1] = _mm512_setzero_si512();
       }
-      int32_t q4[16];
-      std::memcpy(q4, a.q, 64);
+      // Activation groups are broadcast straight from memory (vpdpbusd's {1to16} operand).
+      using i32_alias = int32_t __attribute__((may_alias));
+      const auto* q4 = reinterpret_cast<const i32_alias*>(a.q);
       for (int j = 0; j < 16; ++j) {
-        constexpr auto unit = unit_of_group;
-        const int u = unit(Tr::ti.layout, j);
+        const int u = unit_of_group(Tr::ti.layout, j);
         part[u][j & 1] = _mm512_dpbusd_epi32(part[u][j & 1], g[j], _mm512_set1_epi32(q4[j]));
       }
       __m512 s = _mm512_load_ps(acc + 32 * n), sm = _mm512_load_ps(acc + 32 * n + 16);
