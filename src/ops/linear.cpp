@@ -57,6 +57,7 @@ Linear Linear::load(const io::GGUFFile& f, const std::vector<std::string>& names
     L.rows_ += rows[i];
   }
   flush();
+  L.make_runs();
   return L;
 }
 
@@ -69,6 +70,7 @@ Linear Linear::from_tensor(const at::Tensor& w) {
   L.rows_ = w.size(0);
   L.cols_ = w.size(1);
   L.parts_.push_back(std::move(p));
+  L.make_runs();
   return L;
 }
 
@@ -96,33 +98,39 @@ int64_t Linear::weight_bytes() const {
   return b;
 }
 
+void Linear::make_runs() {
+  runs_.clear();
+  int64_t row0 = 0;
+  for (size_t i = 0; i < parts_.size(); ++i) {
+    if (parts_[i].q.data && !runs_.empty() && !runs_.back().q.parts.empty()) {
+      runs_.back().q.parts.push_back(parts_[i].q);
+    } else {
+      Run r;
+      if (parts_[i].q.data) r.q.parts.push_back(parts_[i].q);
+      r.part = i;
+      r.row0 = row0;
+      runs_.push_back(std::move(r));
+    }
+    row0 += parts_[i].rows;
+  }
+}
+
 void Linear::forward(const float* x, int64_t N, float* y, int64_t ldy) const {
   if (N == 0) return;
   if (ldy < rows_) throw InvalidArgument("Linear::forward: output stride " + std::to_string(ldy) + " < " + std::to_string(rows_));
   std::vector<uint16_t> xb;  // bf16 copy of x, made once if a bf16 part needs it
-  int64_t row0 = 0;
-  for (size_t i = 0; i < parts_.size();) {
-    if (parts_[i].q.data) {
-      // A run of quantized parts shares one quantization of x.
-      QLinear run;
-      int64_t rows = 0;
-      for (; i < parts_.size() && parts_[i].q.data; ++i) {
-        run.parts.push_back(parts_[i].q);
-        rows += parts_[i].rows;
-      }
-      qlinear(x, N, run, y + row0, ldy);
-      row0 += rows;
-    } else {
-      if (xb.empty()) {
-        xb.resize(static_cast<size_t>(N * cols_));
-        for (size_t k = 0; k < xb.size(); ++k) xb[k] = ops::f32_to_bf16(x[k]);
-      }
-      const auto& w = parts_[i].bf16;
-      ops::linear_bf16(xb.data(), N, reinterpret_cast<const uint16_t*>(w.data_ptr<at::BFloat16>()),
-                           parts_[i].rows, cols_, y + row0, ldy);
-      row0 += parts_[i].rows;
-      ++i;
+  for (const Run& r : runs_) {
+    if (!r.q.parts.empty()) {
+      qlinear(x, N, r.q, y + r.row0, ldy);
+      continue;
     }
+    if (xb.empty()) {
+      xb.resize(static_cast<size_t>(N * cols_));
+      for (size_t k = 0; k < xb.size(); ++k) xb[k] = ops::f32_to_bf16(x[k]);
+    }
+    const Part& p = parts_[r.part];
+    ops::linear_bf16(xb.data(), N, reinterpret_cast<const uint16_t*>(p.bf16.data_ptr<at::BFloat16>()), p.rows, cols_,
+                     y + r.row0, ldy);
   }
 }
 
@@ -165,6 +173,7 @@ Linear Linear::gather_rows(const std::vector<int64_t>& ids) const {
     p.bf16 = t.to(at::kBFloat16);
   }
   L.parts_.push_back(std::move(p));
+  L.make_runs();
   return L;
 }
 

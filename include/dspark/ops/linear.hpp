@@ -62,7 +62,15 @@ class Linear {
     at::Tensor bf16;    // or a bf16 [rows, cols] part
     int64_t rows = 0;
   };
+  /// Consecutive quantized parts share one quantization of x and one kernel call.
+  struct Run {
+    QLinear q;          // quantized parts, or empty for a bf16 part
+    size_t part = 0;    // the bf16 part otherwise
+    int64_t row0 = 0;   // first output row
+  };
+  void make_runs();
   std::vector<Part> parts_;
+  std::vector<Run> runs_;
   int64_t rows_ = 0, cols_ = 0;
 };
 
