@@ -66,7 +66,17 @@ void ModelOptions::apply_threads() const { at::set_num_threads(threads); }
 
 void add_sampling_options(CLI::App& app, SamplingParams& p) {
   app.add_option("--temp", p.temperature, "temperature (0 = greedy)")->capture_default_str();
-  app.add_option("--top-k", p.top_k, "top-k (0 = disabled)")->capture_default_str();
+  app.add_option_function<int>(
+         "--top-k",
+         [&p](const int& k) {
+           // -1 and 0 both mean "off", as in the server's top_k.
+           if (k < -1)
+             throw CLI::ValidationError("--top-k: expected -1 or 0 (disabled) or a positive integer, got " +
+                                        std::to_string(k));
+           p.top_k = k < 0 ? 0 : k;
+         },
+         "top-k (0 or -1 = disabled)")
+      ->default_str(std::to_string(p.top_k));
   app.add_option("--top-p", p.top_p, "top-p (1 = disabled)")->capture_default_str();
   app.add_option("--min-p", p.min_p, "min-p (0 = disabled)")->capture_default_str();
   app.add_option_function<std::string>(

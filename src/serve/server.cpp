@@ -142,6 +142,14 @@ struct Server::Impl {
       }
       const int status = res.status;
       std::string message = "request failed with HTTP status " + std::to_string(status);
+      // The HTTP library reads a negative or non-numeric Content-Length as a
+      // huge one and answers 413; the request is malformed, not too large.
+      const std::string length = req.get_header_value("Content-Length");
+      if (status == 413 && !length.empty() && length.find_first_not_of("0123456789") != std::string::npos) {
+        send_error(res, 400, "Content-Length: expected a non-negative integer, got '" + length + "'",
+                   "invalid_request_error");
+        return;
+      }
       if (status == 404) {
         message = "no such endpoint: " + req.method + " " + req.path;
       } else if (status == 400) {

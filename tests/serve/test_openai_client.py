@@ -360,6 +360,21 @@ def bad_requests_get_400_and_server_keeps_serving(ctx):
     status, headers, raw = ctx.raw("POST", "/v1/completions", big, content_type="application/x-www-form-urlencoded")
     assert status == 413 and headers.get("content-type", "").startswith("application/json"), (status, headers)
     assert "application/json" in json.loads(raw)["error"]["message"], raw
+    # A negative Content-Length is a malformed request (400), not a body too large.
+    with socket.create_connection((ctx.host, ctx.port), timeout=30) as sock:
+        sock.sendall(
+            b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: -5\r\nConnection: close\r\n\r\n{}"
+        )
+        reply = b""
+        while True:
+            part = sock.recv(65536)
+            if not part:
+                break
+            reply += part
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400"), reply[:300]
+    assert "Content-Length: expected a non-negative integer, got '-5'" in json.loads(body)["error"]["message"], body
     # The official client surfaces them as BadRequestError.
     for kw in ({"max_tokens": 0}, {"temperature": -1}, {"max_tokens": 10**7}):
         try:
