@@ -214,6 +214,38 @@ TEST_F(Cli, JsonOutputEndingInsideACharacter) {
   EXPECT_NE(text.find("\xEF\xBF\xBD"), std::string::npos) << text;
 }
 
+TEST_F(Cli, SeedGivesTheSameTokensWithAndWithoutADrafter) {
+  // A named seed selects seed-stable sampling: the shipped drafter at every
+  // γ 1..8 and every verify schedule emits exactly the plain-sampled tokens.
+  namespace fs = std::filesystem;
+  const fs::path home = tmp.path() / "home";  // a fresh SPS profile for "auto"
+  fs::create_directories(home);
+  fs::create_directory_symlink(fs::path(model_path()).parent_path(), home / "models");
+  const std::string env = "DSPARK_HOME=" + home.string() + " ";
+  const std::string gen = "generate -m smollm2 --chat -p 'Tell me a story about a dragon.' -n 40 --temp 0.8 "
+                          "--seed 31 --json ";
+  const auto plain = run_dspark(gen + "--drafter none", tmp, env);
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  const auto jp = nlohmann::json::parse(plain.out);
+  EXPECT_EQ(jp.at("sampling_rule"), "seed-stable");
+  ASSERT_EQ(jp.at("tokens").size(), 40u);
+  const char* schedules[] = {"auto", "off", "thresholds"};
+  int64_t accepted = 0;
+  for (int g = 1; g <= 8; ++g) {
+    const std::string schedule = schedules[g % 3];
+    const auto r = run_dspark(gen + "--drafter auto --gamma " + std::to_string(g) + " --schedule " + schedule, tmp, env);
+    ASSERT_EQ(r.status, 0) << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j.at("tokens"), jp.at("tokens")) << "gamma " << g << " schedule " << schedule;
+    accepted += j.at("stats").value("accepted", int64_t{0});
+  }
+  EXPECT_GT(accepted, 0);
+  // Without a seed the rule is rejection sampling (docs/sampling.md).
+  const auto unseeded = run_dspark("generate -m smollm2 -p hi -n 2 --temp 0.8 --drafter none --json", tmp, env);
+  ASSERT_EQ(unseeded.status, 0) << unseeded.err;
+  EXPECT_EQ(nlohmann::json::parse(unseeded.out).at("sampling_rule"), "rejection");
+}
+
 TEST_F(Cli, OneTokenHasNoDecodeRate) {
   // The only token comes from the prefill call: there is no decode rate to report.
   auto r = run_dspark("generate -m smollm2 -p hi -n 1 --drafter none", tmp);

@@ -64,7 +64,7 @@ ops::Compute ModelOptions::compute_mode() const { return compute == "bf16" ? ops
 
 void ModelOptions::apply_threads() const { at::set_num_threads(threads); }
 
-void add_sampling_options(CLI::App& app, SamplingParams& p) {
+CLI::Option* add_sampling_options(CLI::App& app, SamplingParams& p) {
   app.add_option("--temp", p.temperature, "temperature (0 = greedy)")->capture_default_str();
   app.add_option_function<int>(
          "--top-k",
@@ -79,7 +79,7 @@ void add_sampling_options(CLI::App& app, SamplingParams& p) {
       ->default_str(std::to_string(p.top_k));
   app.add_option("--top-p", p.top_p, "top-p (1 = disabled)")->capture_default_str();
   app.add_option("--min-p", p.min_p, "min-p (0 = disabled)")->capture_default_str();
-  app.add_option_function<std::string>(
+  return app.add_option_function<std::string>(
          "--seed",
          [&p](const std::string& v) {
            if (v == "-1") {
@@ -99,6 +99,23 @@ void add_sampling_options(CLI::App& app, SamplingParams& p) {
          },
          "RNG seed (-1 = a random seed)")
       ->default_str(std::to_string(p.seed));
+}
+
+void RuleOption::add(CLI::App& app, CLI::Option* seed) {
+  seed_ = seed;
+  app.add_option("--sampling-rule", rule,
+                 "how sampled tokens are drawn and drafts verified: rejection (min(1, p/q), the best "
+                 "acceptance), seed-stable (Gumbel-max coupling: the text depends only on the seed), auto "
+                 "(seed-stable when --seed is given, else " +
+                     std::string(to_string(kUnseededRule)) + ")")
+      ->check(CLI::IsMember({"auto", "rejection", "seed-stable"}))
+      ->capture_default_str();
+}
+
+SamplingRule RuleOption::resolve() const {
+  if (rule == "rejection") return SamplingRule::Rejection;
+  if (rule == "seed-stable") return SamplingRule::SeedStable;
+  return seed_ != nullptr && seed_->count() > 0 ? SamplingRule::SeedStable : kUnseededRule;
 }
 
 nlohmann::json stats_json(const GenerateStats& s) {

@@ -30,7 +30,7 @@ GenerateCommand::GenerateCommand(CLI::App& parent) {
   app_->add_option("-n,--n-predict", n_predict_, "maximum tokens to generate")
       ->check(positive_integer())
       ->capture_default_str();
-  add_sampling_options(*app_, sampling_);
+  rule_.add(*app_, add_sampling_options(*app_, sampling_));
   drafter_.add(*app_);
   app_->add_flag("--chat", chat_, "wrap the prompt as one user message with the chat template");
   app_->add_flag("--json", json_, "print one JSON object instead of streaming text");
@@ -38,6 +38,7 @@ GenerateCommand::GenerateCommand(CLI::App& parent) {
 
 int GenerateCommand::run() {
   sampling_.validate();
+  sampling_.rule = rule_.resolve();
   model_.apply_threads();
   LoadedModel m = LoadedModel::load(model_.model, model_.compute_mode());
   const auto prompt = m.encode_prompt(prompt_, chat_);
@@ -75,6 +76,7 @@ int GenerateCommand::run() {
                           {"tokens", r.tokens},
                           {"finish_reason", finish},
                           {"seed", sampling_.seed},
+                          {"sampling_rule", to_string(sampling_.rule)},
                           {"stats", stats_json(s)}};
     // The tokens may end inside a multi-byte character (the -n budget cut
     // it): such bytes are written as U+FFFD rather than failing the dump.
@@ -92,7 +94,8 @@ int GenerateCommand::run() {
       std::fprintf(stderr, " | tau %.2f, %lld target calls", s.tau(),
                    static_cast<long long>(s.target_calls));
     if (!sampling_.greedy())
-      std::fprintf(stderr, " | seed %llu", static_cast<unsigned long long>(sampling_.seed));
+      std::fprintf(stderr, " | seed %llu (%s)", static_cast<unsigned long long>(sampling_.seed),
+                   to_string(sampling_.rule));
     if (context_full)
       std::fprintf(stderr, " | stopped: the context of %lld tokens is full",
                    static_cast<long long>(ctx));

@@ -22,9 +22,9 @@ std::vector<double> GenerateStats::acceptance_by_position() const {
   return a;
 }
 
-TokenId pick_token(const float* logits, int64_t V, const SamplingParams& p, Rng& rng) {
+TokenId pick_token(const float* logits, int64_t V, const SamplingParams& p, Rng& rng, int64_t position) {
   if (p.greedy()) return argmax(logits, V);
-  return sample(process_logits(logits, V, p), rng);
+  return draw(process_logits(logits, V, p), p, rng, position);
 }
 
 void check_prompt_fits(int64_t prompt_tokens, int64_t ctx_size) {

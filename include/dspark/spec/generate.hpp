@@ -54,6 +54,7 @@ struct GenerateStats {
 struct GenerateResult {
   std::vector<TokenId> tokens;  // emitted tokens (no end-of-generation id)
   bool stopped_by_eog = false;  // an end-of-generation id ended it
+  TokenId stop_token = -1;      // that id (-1: none)
   GenerateStats stats;
 };
 
@@ -64,9 +65,9 @@ struct GenerateResult {
 GenerateResult generate_plain(TargetModel& model, const std::vector<TokenId>& prompt,
                               const GenerateOptions& opts);
 
-/// Picks the next token from logits [V]: argmax when greedy, else samples
-/// the processed distribution with `rng`.
-TokenId pick_token(const float* logits, int64_t V, const SamplingParams& p, Rng& rng);
+/// Picks the token of absolute position `position` from logits [V]: argmax
+/// when greedy, else draw() from the processed distribution.
+TokenId pick_token(const float* logits, int64_t V, const SamplingParams& p, Rng& rng, int64_t position);
 
 /// Validates prompt length against the context; throws InvalidArgument.
 void check_prompt_fits(int64_t prompt_tokens, int64_t ctx_size);
