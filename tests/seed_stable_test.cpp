@@ -174,10 +174,11 @@ TEST(ChunkedPrefill, CostModel) {
   t.head_dim = 64;
   t.ffn = 1536;
   // SmolLM2-135M: 3,538,944 multiply-adds of weights per token and layer,
-  // 1,152 of attention per context position.
-  EXPECT_EQ(prefill_attention_span(t), 3072);
-  EXPECT_DOUBLE_EQ(prefill_cost(1, 0, 3072), 1.0);
-  EXPECT_DOUBLE_EQ(prefill_cost(4, 3072, 3072), 4 + (4 * 3072 + 6) / 3072.0);
+  // 1,152 of attention per context position, at a third of the rate.
+  EXPECT_EQ(prefill_attention_span(t), 3538944 / (1152 * kAttentionSlowdown));
+  EXPECT_EQ(prefill_attention_span(t), 1024);
+  EXPECT_DOUBLE_EQ(prefill_cost(1, 0, 1024), 1.0);
+  EXPECT_DOUBLE_EQ(prefill_cost(4, 1024, 1024), 4 + (4 * 1024 + 6) / 1024.0);
   EXPECT_DOUBLE_EQ(prefill_cost(0, 100, 3072), 0.0);
 }
 

@@ -141,7 +141,7 @@ class ServeCommand : public Command {
   DrafterOptions drafter_;
   SamplingParams sampling_;
   RuleOption rule_;
-  int64_t prefill_budget_ = 256;
+  int64_t prefill_budget_ = 64;
   std::string host_ = "127.0.0.1";
   int port_ = 8080;
   int parallel_ = 8;

@@ -2,9 +2,14 @@
 #include "dspark/serve/engine.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <exception>
 #include <optional>
 #include <utility>
+
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 #include "dspark/error.hpp"
 #include "dspark/serve/stop_matcher.hpp"
@@ -175,6 +180,11 @@ void Engine::run() {
       load_.completed += static_cast<int64_t>(ended.size());
     }
     for (auto& s : ended) finish(*s);
+#ifdef __GLIBC__
+    // Idle: hand the freed KV caches back to the system, so a long prompt
+    // does not leave the process holding its cache's memory.
+    if (active.empty() && !ended.empty()) malloc_trim(0);
+#endif
   }
   // Shutting down: end every request that is still here.
   std::deque<std::unique_ptr<Slot>> queued;

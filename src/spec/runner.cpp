@@ -11,8 +11,10 @@ int64_t prefill_attention_span(const TargetInfo& t) {
   // Multiply-adds per token and layer: q, k, v, o projections and the gated MLP.
   const int64_t q = t.n_heads * t.head_dim, kv = t.n_kv_heads * t.head_dim;
   const int64_t weights = t.hidden * (2 * q + 2 * kv) + 3 * t.hidden * t.ffn;
-  // Attention per context position: scores and the weighted sum over values.
-  const int64_t per_position = std::max<int64_t>(2 * q, 1);
+  // Attention per context position: scores and the weighted sum over values,
+  // which run kAttentionSlowdown times slower per multiply-add than the
+  // quantized matmuls.
+  const int64_t per_position = std::max<int64_t>(2 * q * kAttentionSlowdown, 1);
   return std::max<int64_t>(weights / per_position, 1);
 }
 
