@@ -30,6 +30,7 @@
 #include "dspark/serve/stop_matcher.hpp"
 #include "dspark/spec/drafter.hpp"
 #include "dspark/spec/generate.hpp"
+#include "dspark/spec/runner.hpp"
 #include "test_util.hpp"
 
 namespace dspark::serve {
@@ -375,26 +376,49 @@ TEST_F(ServeEngine, SeededSamplingIsTheSameTogetherAsAlone) {
   }
 }
 
+// `piece` repeated to exactly `n` tokens.
+std::vector<TokenId> repeated(const std::vector<TokenId>& piece, size_t n) {
+  std::vector<TokenId> p;
+  while (p.size() < n) p.insert(p.end(), piece.begin(), piece.end());
+  p.resize(n);
+  return p;
+}
+
+TEST_F(ServeEngine, ShortRequestIsAnsweredWhileALongPromptIsPrefilled) {
+  // The runner's chunked prefill, stepped by hand: a short request that
+  // arrives after a long prompt has begun is prefilled first and finished
+  // while the long prompt still has most of its prefill ahead.
+  SpecSession slow(*model_->target, nullptr, repeated(prompt(3), 200), greedy(4, false));
+  SpecSession quick(*model_->target, nullptr, prompt(2), greedy(3, false));
+  BatchRunner runner(*model_->target, nullptr, SpecOptions{}, RunnerOptions{8});
+  std::vector<SpecSession*> both{&slow};
+  runner.step(both);  // the long prompt alone: one chunk within the budget of 8
+  const int64_t first_chunk = slow.prefilled_tokens();
+  EXPECT_GE(first_chunk, 1);
+  EXPECT_LE(first_chunk, 8);
+  both.push_back(&quick);
+  int steps = 0;
+  while (!quick.finished()) {
+    runner.step(both);
+    ++steps;
+  }
+  EXPECT_LE(steps, 3 + static_cast<int>(prompt(2).size()) / 8 + 1);
+  EXPECT_TRUE(slow.prefilling());
+  EXPECT_LT(slow.prefilled_tokens(), 8 + 8 * steps);
+  EXPECT_EQ(quick.result().tokens, generate_plain(*model_->target, prompt(2), greedy(3, false)).tokens);
+}
+
 TEST_F(ServeEngine, LongPromptIsPrefilledInChunksBetweenOtherSteps) {
-  // With a prefill budget a short request admitted after a long prompt is
-  // answered while the long prompt is still being prefilled.
+  // The engine with a prefill budget: both requests as alone, the long
+  // prompt over many steps.
   EngineOptions eo;
   eo.parallel = 2;
   eo.prefill_budget = 8;
   Engine engine(*model_->target, *model_->tokenizer, nullptr, eo);
-  std::vector<TokenId> long_prompt;
-  while (long_prompt.size() < 200) {
-    const auto p = prompt(3);
-    long_prompt.insert(long_prompt.end(), p.begin(), p.end());
-  }
-  long_prompt.resize(200);
+  const std::vector<TokenId> long_prompt = repeated(prompt(3), 200);
   auto slow = engine.submit(long_prompt, greedy(4, false), {});
   auto quick = engine.submit(prompt(2), greedy(3, false), {});
-  const std::string quick_text = quick->wait();
-  std::string early;
-  EXPECT_FALSE(slow->poll(early, std::chrono::milliseconds(0)));
-  EXPECT_EQ(early, "");
-  EXPECT_EQ(quick_text, alone(prompt(2), 3).second);
+  EXPECT_EQ(quick->wait(), alone(prompt(2), 3).second);
   const std::string slow_text = slow->wait();
   GenerateOptions g = greedy(4, false);
   const GenerateResult ref = generate_plain(*model_->target, long_prompt, g);
