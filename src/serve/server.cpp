@@ -148,7 +148,7 @@ struct Server::Impl {
       // The HTTP library reads a negative or non-numeric Content-Length as a
       // huge one and answers 413; the request is malformed, not too large.
       const std::string length = req.get_header_value("Content-Length");
-      if (status == 413 && !length.empty() && length.find_first_not_of("0123456789") != std::string::npos) {
+      if (status == 413 && malformed_content_length(length)) {
         send_error(res, 400, "Content-Length: expected a non-negative integer, got '" + length + "'",
                    "invalid_request_error");
         return;

@@ -28,6 +28,7 @@
 #include <thread>
 #include <vector>
 
+#include "dspark/serve/outcome.hpp"
 #include "dspark/spec/generate.hpp"
 #include "dspark/spec/speculative.hpp"
 #include "dspark/tokenizer/tokenizer.hpp"
@@ -37,29 +38,6 @@ class BatchRunner;
 }
 
 namespace dspark::serve {
-
-/// Why a request ended.
-enum class FinishReason {
-  Stop,       // an end-of-generation token or a stop string
-  Length,     // max_tokens reached, or the context is full
-  Cancelled,  // cancelled by the client or by shutdown
-  Error,      // an exception while decoding it (message in RequestOutcome::error)
-};
-
-/// "stop" | "length" | "cancelled" | "error".
-const char* to_string(FinishReason r);
-
-/// Everything known about a request once it has ended.
-struct RequestOutcome {
-  FinishReason reason = FinishReason::Length;
-  std::string error;            // Error / Cancelled: what happened
-  int64_t prompt_tokens = 0;
-  /// Tokens consumed: every emitted token up to and including the one that
-  /// completed a stop string (end-of-generation ids are not counted).
-  int64_t completion_tokens = 0;
-  GenerateStats stats;          // the session's figures (speculative ones when a drafter runs)
-  bool speculative = false;     // a drafter proposed tokens for this request
-};
 
 /// One submitted generation: the client side of its output channel.
 class Request {
