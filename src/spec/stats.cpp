@@ -1,6 +1,8 @@
 // Generation figures; see include/dspark/spec/stats.hpp.
 #include "dspark/spec/stats.hpp"
 
+#include <cstddef>
+
 namespace dspark {
 
 double GenerateStats::tau() const {

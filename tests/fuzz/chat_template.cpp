@@ -33,7 +33,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       const std::string text = tmpl.render(messages, gen);
       if (!special_text) {
         std::vector<tok::TokenId> want = t.encode(text, true);
-        if (t.specials().add_bos && t.specials().bos) want.insert(want.begin(), *t.specials().bos);
+        if (t.specials().add_bos && t.specials().bos >= 0) want.insert(want.begin(), t.specials().bos);
         if (ids != want) std::abort();
       }
     }
