@@ -167,7 +167,7 @@ SafetensorsData load_sharded(const std::string& dir, const std::string& index_pa
   json index;
   try {
     index = json::parse(buf.str());
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // syntax errors, and numbers beyond double range (1e400)
     throw FormatError(index_path + ": not valid JSON: " + e.what());
   }
   if (!index.is_object()) throw FormatError(index_path + ": expected a JSON object, found " + describe(index));

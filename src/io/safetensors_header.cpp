@@ -123,7 +123,7 @@ class HeaderParser {
     };
     try {
       return json::parse(text.begin(), text.end(), callback);
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // syntax errors, and numbers beyond double range (1e400)
       fail(std::string("header is not valid JSON: ") + e.what());
     }
   }
