@@ -25,7 +25,7 @@ run_one() {
   if "$FUZZ_DIR/fuzz_$t" -max_total_time="$FUZZ_SECONDS" -rss_limit_mb=4096 -timeout=30 -print_final_stats=1 \
        -artifact_prefix="$FUZZ_DIR/artifacts/$t/" "$FUZZ_DIR/corpus/$t" "tests/fuzz/corpus/$t" \
        >"$FUZZ_DIR/$t.log" 2>&1; then
-    echo "$t: $(grep -E '^#[0-9]+ +DONE' "$FUZZ_DIR/$t.log" | tail -1)"
+    echo "$t: $(grep -E '^#[0-9]+[[:space:]]+DONE' "$FUZZ_DIR/$t.log" | tail -1)"
   else
     echo "$t: FAILED (see $FUZZ_DIR/$t.log and $FUZZ_DIR/artifacts/$t/)"
     return 1
