@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc)
 DSPARK := $(BUILD_DIR)/dspark
 PROMPTS ?= $(firstword $(wildcard ../shared/data/dev-prompts.jsonl) data/dev-prompts.jsonl)
 
-.PHONY: setup build cli test test-full demo bench clean
+.PHONY: setup build cli test test-full fuzz demo bench clean
 
 setup:
 	@scripts/setup.sh
@@ -26,6 +26,12 @@ test: build
 
 test-full: build
 	cd $(BUILD_DIR) && DSPARK_TEST_FULL=1 ctest --output-on-failure -j 1 --timeout 5400
+
+# libFuzzer targets (clang) in build-fuzz, each for FUZZ_SECONDS, two at a
+# time; `make test` replays their committed corpora (fuzz_replay.* tests).
+FUZZ_SECONDS ?= 60
+fuzz: setup
+	FUZZ_SECONDS=$(FUZZ_SECONDS) scripts/fuzz.sh
 
 demo: cli
 	$(DSPARK) generate -m smollm2 --chat -n 96 --temp 0 \

@@ -175,6 +175,77 @@ TEST_F(Cli, InvalidThresholdsWithoutDrafter) {
                         "--thresholds: expected numbers in [0, 1]");
 }
 
+TEST_F(Cli, EmptyThresholdsAreRefused) {
+  expect_one_line_error(run_dspark("generate -m smollm2 -p hi -n 2 --drafter none --thresholds ''", tmp),
+                        "--thresholds: expected numbers in [0, 1] separated by commas, or 'none', got an empty string");
+}
+
+TEST_F(Cli, TopKMinusOneMeansOffAsInTheServer) {
+  // -1 and 0 both disable top-k (the server's top_k reads them the same way).
+  const std::string base = "generate -m smollm2 -p 'Once upon a time' -n 8 --drafter none --temp 1.5 --top-p 1 "
+                           "--min-p 0 --seed 5 --json --top-k ";
+  auto off = run_dspark(base + "0", tmp);
+  ASSERT_EQ(off.status, 0) << off.err;
+  auto minus_one = run_dspark(base + "-1", tmp);
+  ASSERT_EQ(minus_one.status, 0) << minus_one.err;
+  EXPECT_EQ(nlohmann::json::parse(minus_one.out).at("tokens"), nlohmann::json::parse(off.out).at("tokens"));
+  expect_one_line_error(run_dspark(base + "-2", tmp), "--top-k: expected -1 or 0 (disabled) or a positive integer, got -2");
+}
+
+TEST_F(Cli, BudgetBeyondTheContextIsWarnedAbout) {
+  auto r = run_dspark("generate -m smollm2 -p 'Count: one, two, three' -c 12 -n 100000000 --temp 0 --drafter none", tmp);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.err.rfind("warning: -n 100000000 is more than the context of 12 tokens leaves after the ", 0), 0u) << r.err;
+  auto fits = run_dspark("generate -m smollm2 -p 'Count: one, two, three' -c 64 -n 4 --temp 0 --drafter none", tmp);
+  ASSERT_EQ(fits.status, 0) << fits.err;
+  EXPECT_EQ(fits.err.find("warning"), std::string::npos) << fits.err;
+}
+
+TEST_F(Cli, JsonOutputEndingInsideACharacter) {
+  // 32 tokens of this answer end inside a multi-byte character: the JSON
+  // text carries U+FFFD for the cut character instead of failing.
+  auto r = run_dspark("generate -m smollm2 -p 'Translate to Japanese: good morning, thank you' --chat -n 32 "
+                      "--temp 0 --drafter none --json",
+                      tmp);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j.at("tokens").size(), 32u);
+  const std::string text = j.at("text").get<std::string>();
+  EXPECT_NE(text.find("\xEF\xBF\xBD"), std::string::npos) << text;
+}
+
+TEST_F(Cli, SeedGivesTheSameTokensWithAndWithoutADrafter) {
+  // A named seed selects seed-stable sampling: the shipped drafter at every
+  // γ 1..8 and every verify schedule emits exactly the plain-sampled tokens.
+  namespace fs = std::filesystem;
+  const fs::path home = tmp.path() / "home";  // a fresh SPS profile for "auto"
+  fs::create_directories(home);
+  fs::create_directory_symlink(fs::path(model_path()).parent_path(), home / "models");
+  const std::string env = "DSPARK_HOME=" + home.string() + " ";
+  const std::string gen = "generate -m smollm2 --chat -p 'Tell me a story about a dragon.' -n 40 --temp 0.8 "
+                          "--seed 31 --json ";
+  const auto plain = run_dspark(gen + "--drafter none", tmp, env);
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  const auto jp = nlohmann::json::parse(plain.out);
+  EXPECT_EQ(jp.at("sampling_rule"), "seed-stable");
+  ASSERT_EQ(jp.at("tokens").size(), 40u);
+  const char* schedules[] = {"auto", "off", "thresholds"};
+  int64_t accepted = 0;
+  for (int g = 1; g <= 8; ++g) {
+    const std::string schedule = schedules[g % 3];
+    const auto r = run_dspark(gen + "--drafter auto --gamma " + std::to_string(g) + " --schedule " + schedule, tmp, env);
+    ASSERT_EQ(r.status, 0) << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j.at("tokens"), jp.at("tokens")) << "gamma " << g << " schedule " << schedule;
+    accepted += j.at("stats").value("accepted", int64_t{0});
+  }
+  EXPECT_GT(accepted, 0);
+  // Without a seed the rule is rejection sampling (docs/sampling.md).
+  const auto unseeded = run_dspark("generate -m smollm2 -p hi -n 2 --temp 0.8 --drafter none --json", tmp, env);
+  ASSERT_EQ(unseeded.status, 0) << unseeded.err;
+  EXPECT_EQ(nlohmann::json::parse(unseeded.out).at("sampling_rule"), "rejection");
+}
+
 TEST_F(Cli, OneTokenHasNoDecodeRate) {
   // The only token comes from the prefill call: there is no decode rate to report.
   auto r = run_dspark("generate -m smollm2 -p hi -n 1 --drafter none", tmp);

@@ -18,6 +18,7 @@
 #include <fstream>
 #include <random>
 #include <regex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -29,6 +30,7 @@
 #include "dspark/serve/stop_matcher.hpp"
 #include "dspark/spec/drafter.hpp"
 #include "dspark/spec/generate.hpp"
+#include "dspark/spec/runner.hpp"
 #include "test_util.hpp"
 
 namespace dspark::serve {
@@ -337,6 +339,97 @@ TEST_F(ServeEngine, BatchedOutputEqualsSingleRequestOutput) {
   }
 }
 
+TEST_F(ServeEngine, SeededSamplingIsTheSameTogetherAsAlone) {
+  // Seed-stable sampling: a request's text depends on its seed only, not on
+  // the drafter, the scheduler's verify lengths or the other requests.
+  std::vector<double> sps;
+  for (int b = 1; b <= 64; ++b) sps.push_back(100.0 / (1.0 + 0.05 * b));
+  auto sampled = [](int64_t n, uint64_t seed) {
+    GenerateOptions g = greedy(n, false);
+    g.sampling.temperature = 1.0f;
+    g.sampling.top_k = 0;
+    g.sampling.top_p = 1.0f;
+    g.sampling.min_p = 0.0f;
+    g.sampling.seed = seed;
+    g.sampling.rule = SamplingRule::SeedStable;
+    return g;
+  };
+  for (const DraftModel* d : {static_cast<const DraftModel*>(nullptr), static_cast<const DraftModel*>(drafter_)}) {
+    EngineOptions eo;
+    eo.parallel = 4;
+    eo.sps = sps;
+    eo.prefill_budget = 6;
+    Engine engine(*model_->target, *model_->tokenizer, d, eo);
+    std::vector<std::shared_ptr<Request>> reqs;
+    for (int i = 0; i < 6; ++i) reqs.push_back(engine.submit(prompt(i % 2), sampled(12, 1000 + i), {}));
+    std::set<std::string> texts;
+    for (int i = 0; i < 6; ++i) {
+      const std::string text = reqs[i]->wait();
+      const GenerateResult ref = generate_plain(*model_->target, prompt(i % 2), sampled(12, 1000 + i));
+      tok::StreamDecoder dec(*model_->tokenizer);
+      std::string expected;
+      for (TokenId t : ref.tokens) expected += dec.push(t);
+      EXPECT_EQ(text, expected + dec.flush()) << "request " << i << (d ? " speculative" : " plain");
+      texts.insert(text);
+    }
+    EXPECT_EQ(texts.size(), 6u);  // distinct seeds, distinct texts
+  }
+}
+
+// `piece` repeated to exactly `n` tokens.
+std::vector<TokenId> repeated(const std::vector<TokenId>& piece, size_t n) {
+  std::vector<TokenId> p;
+  while (p.size() < n) p.insert(p.end(), piece.begin(), piece.end());
+  p.resize(n);
+  return p;
+}
+
+TEST_F(ServeEngine, ShortRequestIsAnsweredWhileALongPromptIsPrefilled) {
+  // The runner's chunked prefill, stepped by hand: a short request that
+  // arrives after a long prompt has begun is prefilled first and finished
+  // while the long prompt still has most of its prefill ahead.
+  SpecSession slow(*model_->target, nullptr, repeated(prompt(3), 200), greedy(4, false));
+  SpecSession quick(*model_->target, nullptr, prompt(2), greedy(3, false));
+  BatchRunner runner(*model_->target, nullptr, SpecOptions{}, RunnerOptions{8});
+  std::vector<SpecSession*> both{&slow};
+  runner.step(both);  // the long prompt alone: one chunk within the budget of 8
+  const int64_t first_chunk = slow.prefilled_tokens();
+  EXPECT_GE(first_chunk, 1);
+  EXPECT_LE(first_chunk, 8);
+  both.push_back(&quick);
+  int steps = 0;
+  while (!quick.finished()) {
+    runner.step(both);
+    ++steps;
+  }
+  EXPECT_LE(steps, 3 + static_cast<int>(prompt(2).size()) / 8 + 1);
+  EXPECT_TRUE(slow.prefilling());
+  EXPECT_LT(slow.prefilled_tokens(), 8 + 8 * steps);
+  EXPECT_EQ(quick.result().tokens, generate_plain(*model_->target, prompt(2), greedy(3, false)).tokens);
+}
+
+TEST_F(ServeEngine, LongPromptIsPrefilledInChunksBetweenOtherSteps) {
+  // The engine with a prefill budget: both requests as alone, the long
+  // prompt over many steps.
+  EngineOptions eo;
+  eo.parallel = 2;
+  eo.prefill_budget = 8;
+  Engine engine(*model_->target, *model_->tokenizer, nullptr, eo);
+  const std::vector<TokenId> long_prompt = repeated(prompt(3), 200);
+  auto slow = engine.submit(long_prompt, greedy(4, false), {});
+  auto quick = engine.submit(prompt(2), greedy(3, false), {});
+  EXPECT_EQ(quick->wait(), alone(prompt(2), 3).second);
+  const std::string slow_text = slow->wait();
+  GenerateOptions g = greedy(4, false);
+  const GenerateResult ref = generate_plain(*model_->target, long_prompt, g);
+  tok::StreamDecoder dec(*model_->tokenizer);
+  std::string expected;
+  for (TokenId t : ref.tokens) expected += dec.push(t);
+  EXPECT_EQ(slow_text, expected + dec.flush());
+  // 200 prompt tokens at most 8 row equivalents per step: at least 25 steps.
+  EXPECT_GE(engine.load().steps, 25);
+}
+
 TEST_F(ServeEngine, StopStringsCutTextAndCountTokens) {
   const auto p = prompt(1);
   const auto [tokens, text] = alone(p, 24);
@@ -596,6 +689,17 @@ TEST_F(ServeOpenAI, RandomDrafterScheduled) {
   run_suite({"-m", "smollm2", "--drafter", dir, "--sps", tmp_.file("sps.json"), "--parallel", "8", "-t", "2",
              "-c", "2048"},
             "full");
+}
+
+TEST_F(ServeOpenAI, SeededSamplingIsBatchIndependent) {
+  // Default options (the shipped drafter, the scheduler on this machine's
+  // SPS profile — measured here on first use, as `generate` does) and plain
+  // decoding.
+  const std::string gen = std::string(DSPARK_BINARY) + " generate -m smollm2 -p hi -n 2 --temp 0 >" +
+                          tmp_.file("profile.log") + " 2>&1";
+  ASSERT_EQ(std::system(gen.c_str()), 0) << test::read_bytes(tmp_.file("profile.log"));
+  run_suite({"-m", "smollm2", "-t", "2"}, "seeds");
+  run_suite({"-m", "smollm2", "--drafter", "none", "-t", "2"}, "seeds");
 }
 
 TEST_F(ServeOpenAI, ClientDisconnectFreesSlot) {

@@ -263,7 +263,7 @@ class OracleDrafter : public DraftModel {
           conf_lo_ + (conf_hi_ - conf_lo_) * hash_uniform(seed_ ^ 0xC0F, st.n_ctx, k)));
       if (!sampling.greedy()) {
         d.q.push_back(proposal(x, j, st.n_ctx, k));
-        x = sample(d.q.back(), rng);
+        x = draw(d.q.back(), sampling, rng, st.n_ctx + 1 + k);
       }
       d.tokens.push_back(x);
     }

@@ -919,6 +919,13 @@ std::string describe(const Counts& a, const Counts& b) {
   return os.str();
 }
 
+// Expects `counts` to follow the plain distribution; prints the test figures.
+void expect_plain_law(const Counts& counts, const std::string& label) {
+  const Homogeneity h = homogeneity(plain_counts(), counts);
+  EXPECT_GT(h.p, 0.001) << label << ": " << h.str() << "; " << describe(plain_counts(), counts);
+  std::cout << "[ " << label << " ] " << h.str() << "\n";
+}
+
 TEST(SpecSampling, ReproducibleForASeed) {
   DSPARK_REAL_MODEL(lm);
   const Drafter d = spectest::random_drafter(*lm.target, SeqHead::Markov);
@@ -944,9 +951,7 @@ TEST(SpecSampling, RandomDrafterMatchesPlainDistribution) {
     return r;
   });
   EXPECT_GT(drafted, 0);
-  const Homogeneity h = homogeneity(plain_counts(), spec);
-  EXPECT_GT(h.p, 0.001) << h.str() << "; " << describe(plain_counts(), spec);
-  std::cout << "[ random drafter ] " << h.str() << "\n";
+  expect_plain_law(spec, "random drafter");
 }
 
 TEST(SpecSampling, NoisyOracleMatchesPlainDistribution) {
@@ -979,9 +984,47 @@ TEST(SpecSampling, NoisyOracleMatchesPlainDistribution) {
   });
   EXPECT_GT(accepted, 0);
   EXPECT_LT(accepted, drafted);
-  const Homogeneity h = homogeneity(plain_counts(), spec);
-  EXPECT_GT(h.p, 0.001) << h.str() << "; " << describe(plain_counts(), spec);
-  std::cout << "[ noisy oracle ] acceptance " << accepted << "/" << drafted << ", " << h.str() << "\n";
+  expect_plain_law(spec, "noisy oracle, acceptance " + std::to_string(accepted) + "/" + std::to_string(drafted));
+}
+
+GenerateOptions seed_stable_options(uint64_t seed) {
+  GenerateOptions o = stat_options(1.f, seed);
+  o.sampling.rule = SamplingRule::SeedStable;
+  return o;
+}
+
+TEST(SpecSampling, SeedStablePlainMatchesPlainDistribution) {
+  // Gumbel-max draws keyed by (seed, position, token) against today's
+  // inverse-CDF stream: the same distribution of outputs.
+  DSPARK_REAL_MODEL(lm);
+  const Counts gumbel = sample_outcomes(samples_per_group(), 5'000'000, [&](int64_t, uint64_t seed) {
+    return generate_plain(*lm.target, stat_prompt(), seed_stable_options(seed));
+  });
+  expect_plain_law(gumbel, "seed-stable plain");
+}
+
+TEST(SpecSampling, SeedStableSpeculativeMatchesPlainDistribution) {
+  // The coupled verify rule with a random drafter and a noisy oracle (real
+  // acceptance), pruning alternating: the plain distribution.
+  DSPARK_REAL_MODEL(lm);
+  TargetModel& target = *lm.target;
+  const Drafter d = spectest::random_drafter(target, SeqHead::Markov);
+  const auto& prompt = stat_prompt();
+  const GenerateResult greedy = generate_plain(target, prompt, spectest::greedy_options(6, {}));
+  int64_t drafted = 0, accepted = 0;
+  const Counts spec = sample_outcomes(samples_per_group(), 6'000'000, [&](int64_t i, uint64_t seed) {
+    OracleDrafter oracle(Kind::Noisy, greedy.tokens, static_cast<int64_t>(prompt.size()), target.info().vocab, 0.3,
+                         seed);
+    const DraftModel& dm = i % 2 == 0 ? static_cast<const DraftModel&>(d) : oracle;
+    auto r = generate_speculative(target, dm, prompt, seed_stable_options(seed), spec_options(2, i % 4 < 2));
+    drafted += r.stats.drafted;
+    accepted += r.stats.accepted;
+    return r;
+  });
+  EXPECT_GT(accepted, 0);
+  EXPECT_LT(accepted, drafted);
+  expect_plain_law(spec, "seed-stable speculative, acceptance " + std::to_string(accepted) + "/" +
+                             std::to_string(drafted));
 }
 
 TEST(SpecSampling, BiasedSamplerIsDetected) {

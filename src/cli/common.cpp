@@ -64,12 +64,22 @@ ops::Compute ModelOptions::compute_mode() const { return compute == "bf16" ? ops
 
 void ModelOptions::apply_threads() const { at::set_num_threads(threads); }
 
-void add_sampling_options(CLI::App& app, SamplingParams& p) {
+CLI::Option* add_sampling_options(CLI::App& app, SamplingParams& p) {
   app.add_option("--temp", p.temperature, "temperature (0 = greedy)")->capture_default_str();
-  app.add_option("--top-k", p.top_k, "top-k (0 = disabled)")->capture_default_str();
+  app.add_option_function<int>(
+         "--top-k",
+         [&p](const int& k) {
+           // -1 and 0 both mean "off", as in the server's top_k.
+           if (k < -1)
+             throw CLI::ValidationError("--top-k: expected -1 or 0 (disabled) or a positive integer, got " +
+                                        std::to_string(k));
+           p.top_k = k < 0 ? 0 : k;
+         },
+         "top-k (0 or -1 = disabled)")
+      ->default_str(std::to_string(p.top_k));
   app.add_option("--top-p", p.top_p, "top-p (1 = disabled)")->capture_default_str();
   app.add_option("--min-p", p.min_p, "min-p (0 = disabled)")->capture_default_str();
-  app.add_option_function<std::string>(
+  return app.add_option_function<std::string>(
          "--seed",
          [&p](const std::string& v) {
            if (v == "-1") {
@@ -89,6 +99,23 @@ void add_sampling_options(CLI::App& app, SamplingParams& p) {
          },
          "RNG seed (-1 = a random seed)")
       ->default_str(std::to_string(p.seed));
+}
+
+void RuleOption::add(CLI::App& app, CLI::Option* seed) {
+  seed_ = seed;
+  app.add_option("--sampling-rule", rule,
+                 "how sampled tokens are drawn and drafts verified: rejection (min(1, p/q), the best "
+                 "acceptance), seed-stable (Gumbel-max coupling: the text depends only on the seed), auto "
+                 "(seed-stable when --seed is given, else " +
+                     std::string(to_string(kUnseededRule)) + ")")
+      ->check(CLI::IsMember({"auto", "rejection", "seed-stable"}))
+      ->capture_default_str();
+}
+
+SamplingRule RuleOption::resolve() const {
+  if (rule == "rejection") return SamplingRule::Rejection;
+  if (rule == "seed-stable") return SamplingRule::SeedStable;
+  return seed_ != nullptr && seed_->count() > 0 ? SamplingRule::SeedStable : kUnseededRule;
 }
 
 nlohmann::json stats_json(const GenerateStats& s) {

@@ -37,8 +37,23 @@ CLI::Validator non_negative_integer();
 /// Throws dspark::Error naming `option` and the path.
 void prepare_output_file(const std::string& path, const std::string& option);
 
-/// --temp --top-k --top-p --min-p --seed.
-void add_sampling_options(CLI::App& app, SamplingParams& p);
+/// --temp --top-k --top-p --min-p --seed. Returns the --seed option (its
+/// count() tells whether a seed was named).
+CLI::Option* add_sampling_options(CLI::App& app, SamplingParams& p);
+
+/// --sampling-rule auto|rejection|seed-stable (dspark/spec/sampling.hpp,
+/// docs/sampling.md).
+struct RuleOption {
+  std::string rule = "auto";
+  /// Registers the option; `seed` is add_sampling_options()'s result.
+  void add(CLI::App& app, CLI::Option* seed);
+  /// The rule asked for: "auto" is seed-stable when --seed was given and
+  /// kUnseededRule otherwise.
+  SamplingRule resolve() const;
+
+ private:
+  CLI::Option* seed_ = nullptr;
+};
 
 /// The stats object of `--json` output.
 nlohmann::json stats_json(const GenerateStats& s);

@@ -22,8 +22,9 @@ void DrafterOptions::add(CLI::App& app, bool with_schedule) {
       ->check(CLI::Range(0, kMaxGamma));
   app.add_option("--min-conf", min_conf, "uniform confidence threshold for pruning (overrides calibration)")
       ->check(CLI::Range(0.0, 1.0));
-  app.add_option("--thresholds", thresholds,
-                 "per-position confidence thresholds a,b,... ('none' disables calibration thresholds)");
+  thresholds_opt_ = app.add_option("--thresholds", thresholds,
+                                   "per-position confidence thresholds a,b,... ('none' disables calibration "
+                                   "thresholds)");
   app.add_flag("--no-prune", no_prune, "verify every drafted token (no confidence pruning)");
   if (!with_schedule) {
     schedule = "thresholds";  // the caller schedules verify lengths itself
@@ -156,6 +157,8 @@ SpecOptions DrafterOptions::spec(TargetModel* target) const {
     s.sps = prof.sps;
   }
   s.min_conf = min_conf;
+  if (thresholds.empty() && thresholds_opt_ != nullptr && thresholds_opt_->count() > 0)
+    throw InvalidArgument("--thresholds: expected numbers in [0, 1] separated by commas, or 'none', got an empty string");
   if (thresholds == "none") {
     s.thresholds = std::vector<double>{};
   } else if (!thresholds.empty()) {

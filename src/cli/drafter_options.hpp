@@ -48,6 +48,7 @@ struct DrafterOptions {
  private:
   void measure_profile(TargetModel& target) const;
 
+  CLI::Option* thresholds_opt_ = nullptr;  // set by add(): tells "--thresholds ''" from no option
   mutable std::string target_id_;     // set by load()
   mutable std::string profile_key_;   // sps_profile_key of the target, set by load()
   mutable std::string resolved_dir_;  // set by load()

@@ -30,7 +30,7 @@ GenerateCommand::GenerateCommand(CLI::App& parent) {
   app_->add_option("-n,--n-predict", n_predict_, "maximum tokens to generate")
       ->check(positive_integer())
       ->capture_default_str();
-  add_sampling_options(*app_, sampling_);
+  rule_.add(*app_, add_sampling_options(*app_, sampling_));
   drafter_.add(*app_);
   app_->add_flag("--chat", chat_, "wrap the prompt as one user message with the chat template");
   app_->add_flag("--json", json_, "print one JSON object instead of streaming text");
@@ -38,9 +38,16 @@ GenerateCommand::GenerateCommand(CLI::App& parent) {
 
 int GenerateCommand::run() {
   sampling_.validate();
+  sampling_.rule = rule_.resolve();
   model_.apply_threads();
   LoadedModel m = LoadedModel::load(model_.model, model_.compute_mode());
   const auto prompt = m.encode_prompt(prompt_, chat_);
+  const int64_t ctx = model_.ctx_size > 0 ? model_.ctx_size : m.target->info().context;
+  // The last generated token need not enter the KV cache: ctx - P + 1 fit.
+  const int64_t room = ctx - static_cast<int64_t>(prompt.size()) + 1;
+  if (n_predict_ > room && room > 1)
+    std::cerr << "warning: -n " << n_predict_ << " is more than the context of " << ctx << " tokens leaves after the "
+              << prompt.size() << "-token prompt (" << room << "); generation ends when the context is full\n";
 
   GenerateOptions opts;
   opts.n_predict = n_predict_;
@@ -69,8 +76,11 @@ int GenerateCommand::run() {
                           {"tokens", r.tokens},
                           {"finish_reason", finish},
                           {"seed", sampling_.seed},
+                          {"sampling_rule", to_string(sampling_.rule)},
                           {"stats", stats_json(s)}};
-    std::cout << out.dump() << std::endl;
+    // The tokens may end inside a multi-byte character (the -n budget cut
+    // it): such bytes are written as U+FFFD rather than failing the dump.
+    std::cout << out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
   } else {
     const std::string tail = stream.flush();
     std::fwrite(tail.data(), 1, tail.size(), stdout);
@@ -84,10 +94,11 @@ int GenerateCommand::run() {
       std::fprintf(stderr, " | tau %.2f, %lld target calls", s.tau(),
                    static_cast<long long>(s.target_calls));
     if (!sampling_.greedy())
-      std::fprintf(stderr, " | seed %llu", static_cast<unsigned long long>(sampling_.seed));
+      std::fprintf(stderr, " | seed %llu (%s)", static_cast<unsigned long long>(sampling_.seed),
+                   to_string(sampling_.rule));
     if (context_full)
       std::fprintf(stderr, " | stopped: the context of %lld tokens is full",
-                   static_cast<long long>(model_.ctx_size > 0 ? model_.ctx_size : m.target->info().context));
+                   static_cast<long long>(ctx));
     std::fprintf(stderr, "\n");
   }
   return 0;

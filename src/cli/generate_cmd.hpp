@@ -16,6 +16,7 @@ class GenerateCommand : public Command {
   ModelOptions model_;
   DrafterOptions drafter_;
   SamplingParams sampling_;
+  RuleOption rule_;
   std::string prompt_;
   int64_t n_predict_ = 256;
   bool chat_ = false;

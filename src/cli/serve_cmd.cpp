@@ -43,11 +43,20 @@ class ServeCommand : public Command {
     app_->add_option("--http-threads", http_threads_, "HTTP worker threads (0: 4 x parallel + 16)")
         ->check(CLI::Range(0, 4096));
     add_sampling_options(*app_, sampling_);
+    // Requests that name a seed always get seed-stable text; this is the
+    // rule of the others ("auto": kUnseededRule).
+    rule_.add(*app_, nullptr);
+    app_->add_option("--prefill-budget", prefill_budget_,
+                     "chunked prefill: prompt work per step in target-row equivalents (a token at context c "
+                     "costs 1 + c/L; 0: whole prompts)")
+        ->check(non_negative_integer())
+        ->capture_default_str();
   }
   CLI::App* app() const { return app_; }
 
   int run() override {
     sampling_.validate();
+    sampling_.rule = rule_.resolve();
     // SIGINT/SIGTERM are taken by one thread with sigwait(); block them here,
     // before any other thread starts, so every thread inherits the mask.
     sigset_t stop_signals;
@@ -63,6 +72,7 @@ class ServeCommand : public Command {
     serve::EngineOptions eo;
     eo.parallel = parallel_;
     eo.spec = drafter_.spec();
+    eo.prefill_budget = prefill_budget_;
     if (drafter) eo.sps = sps_curve(*m.target, *drafter);
     serve::Engine engine(*m.target, *m.tokenizer, drafter.get(), eo);
 
@@ -130,6 +140,8 @@ class ServeCommand : public Command {
   ModelOptions model_;
   DrafterOptions drafter_;
   SamplingParams sampling_;
+  RuleOption rule_;
+  int64_t prefill_budget_ = 64;
   std::string host_ = "127.0.0.1";
   int port_ = 8080;
   int parallel_ = 8;

@@ -175,6 +175,10 @@ ApiRequest parse_request(std::string_view body, Endpoint endpoint, const Samplin
   return r;
 }
 
+bool malformed_content_length(std::string_view value) {
+  return !value.empty() && value.find_first_not_of("0123456789") != std::string_view::npos;
+}
+
 nlohmann::json error_body(const std::string& message, const std::string& type, const std::string& param) {
   return {{"error",
            {{"message", message},

@@ -2,14 +2,18 @@
 #include "dspark/serve/engine.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <exception>
 #include <optional>
 #include <utility>
 
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
 #include "dspark/error.hpp"
 #include "dspark/serve/stop_matcher.hpp"
-#include "dspark/spec/calibration.hpp"
-#include "dspark/spec/scheduler.hpp"
+#include "dspark/spec/runner.hpp"
 #include "dspark/spec/session.hpp"
 
 namespace dspark::serve {
@@ -71,7 +75,6 @@ struct Engine::Slot {
   tok::StreamDecoder decoder;
   StopMatcher matcher;
   int64_t prompt_len = 0;
-  bool prefilled = false;    // the prompt has been through the target
   bool failed = false;
   bool shut_down = false;    // cancelled because the engine is stopping
   std::string error;
@@ -98,9 +101,12 @@ Engine::Engine(TargetModel& target, const tok::Tokenizer& tokenizer, const Draft
     : target_(target), tokenizer_(tokenizer), drafter_(drafter), opts_(std::move(opts)) {
   if (opts_.parallel < 1)
     throw InvalidArgument("parallel must be >= 1, got " + std::to_string(opts_.parallel));
-  // Verify lengths are chosen across requests here, not per session.
-  opts_.spec.sps.clear();
-  if (!drafter_) opts_.sps.clear();
+  if (opts_.prefill_budget < 0)
+    throw InvalidArgument("prefill budget must be >= 0, got " + std::to_string(opts_.prefill_budget));
+  // Verify lengths are chosen across requests by the runner's policy.
+  SpecOptions policy = opts_.spec;
+  policy.sps = drafter_ ? opts_.sps : std::vector<double>{};
+  runner_ = std::make_unique<BatchRunner>(target_, drafter_, policy, RunnerOptions{opts_.prefill_budget});
   load_.parallel = opts_.parallel;
   thread_ = std::thread([this] { run(); });
 }
@@ -174,6 +180,11 @@ void Engine::run() {
       load_.completed += static_cast<int64_t>(ended.size());
     }
     for (auto& s : ended) finish(*s);
+#ifdef __GLIBC__
+    // Idle: hand the freed KV caches back to the system, so a long prompt
+    // does not leave the process holding its cache's memory.
+    if (active.empty() && !ended.empty()) malloc_trim(0);
+#endif
   }
   // Shutting down: end every request that is still here.
   std::deque<std::unique_ptr<Slot>> queued;
@@ -192,111 +203,19 @@ void Engine::run() {
 }
 
 void Engine::step(std::vector<std::unique_ptr<Slot>>& active) {
-  // Under the scheduler, drafting only pays when the first candidate could
-  // raise Θ for this step's decoding requests (prefill tokens shift the
-  // curve); otherwise the scheduler would verify no draft at all, so the
-  // drafter is skipped and the step is plain decoding for everyone.
-  bool draft = true;
-  if (drafter_ && !opts_.sps.empty()) {
-    int64_t decoding = 0, prefill = 0;
-    for (auto& s : active) {
-      if (s->session->finished() || s->failed || s->req->cancel_requested()) continue;
-      if (s->prefilled) ++decoding;
-      else prefill += s->prompt_len;
-    }
-    std::vector<double> curve;
-    for (int64_t b = 1; b <= decoding + 1; ++b) curve.push_back(sps_at(opts_.sps, b + prefill));
-    draft = decoding > 0 && any_draft_can_pay(decoding, curve);
-  }
-  std::vector<Slot*> batch;
+  std::vector<SpecSession*> sessions;
   for (auto& s : active) {
-    SpecSession& ss = *s->session;
-    if (s->req->cancel_requested()) ss.cancel();
-    if (ss.finished() || s->failed) continue;
-    try {
-      if (draft) ss.draft();
-      else ss.skip_draft();
-      batch.push_back(s.get());
-    } catch (const std::exception& e) {
-      fail(*s, e.what());
-    }
+    if (s->req->cancel_requested()) s->session->cancel();
+    if (!s->session->finished() && !s->failed) sessions.push_back(&*s->session);
   }
-  if (batch.empty()) return;
-  plan_verify(batch);
-  forward_batch(batch);
-}
-
-void Engine::plan_verify(std::vector<Slot*>& batch) {
-  if (!drafter_ || opts_.sps.empty()) return;
-  std::vector<Slot*> decoding;
-  std::vector<std::vector<double>> survival;
-  int64_t prefill_tokens = 0;
-  const std::vector<double> temps = drafter_->calibrated_temperatures();
-  size_t candidates = 0;
-  for (Slot* s : batch) {
-    if (!s->prefilled) {
-      prefill_tokens += s->prompt_len;
-      continue;
-    }
-    std::vector<double> a = calibrated_survival(s->session->conf_logits(), temps);
-    a.resize(std::min<size_t>(a.size(), static_cast<size_t>(s->session->max_verify())));
-    candidates += a.size();
-    decoding.push_back(s);
-    survival.push_back(std::move(a));
-  }
-  if (decoding.empty()) return;
-  try {
-    // The decode tokens share the call with the prefill tokens: SPS as seen
-    // by them is the curve shifted by the prefill length.
-    std::vector<double> curve;
-    const size_t n = decoding.size() + candidates;
-    curve.reserve(n);
-    for (size_t b = 1; b <= n; ++b)
-      curve.push_back(sps_at(opts_.sps, static_cast<int64_t>(b) + prefill_tokens));
-    const ScheduleResult r = schedule_prefixes(survival, curve);
-    for (size_t i = 0; i < decoding.size(); ++i) decoding[i]->session->set_verify_length(r.lengths[i]);
-  } catch (const std::exception&) {
-    // A degenerate survival or curve: verify everything that was drafted.
-  }
-}
-
-void Engine::forward_batch(std::vector<Slot*>& batch) {
-  std::vector<ForwardSeq> seqs;
-  seqs.reserve(batch.size());
-  TapRequest taps;
-  for (Slot* s : batch) {
-    seqs.push_back(s->session->forward_input());
-    // Every session of one engine has the same drafter, hence the same taps.
-    if (taps.layers.empty()) taps = s->session->taps();
-  }
-  std::vector<ForwardOut> outs;
-  try {
-    outs = target_.forward(std::span<ForwardSeq>(seqs), taps);
-  } catch (const std::exception& e) {
-    if (batch.size() == 1) {
-      fail(*batch[0], e.what());
-      return;
-    }
-    // Find the request at fault: run each on its own (a failed call leaves
-    // the caches unchanged).
-    for (Slot* s : batch) {
-      std::vector<Slot*> one{s};
-      forward_batch(one);
-    }
-    return;
-  }
-  {
-    std::lock_guard lk(mu_);
-    ++load_.steps;
-  }
-  for (size_t i = 0; i < batch.size(); ++i) {
-    try {
-      batch[i]->session->consume(outs[i]);
-      batch[i]->prefilled = true;
-    } catch (const std::exception& e) {
-      fail(*batch[i], e.what());
-    }
-  }
+  if (sessions.empty()) return;
+  const int64_t calls = runner_->calls();
+  runner_->step(sessions, [&](SpecSession& failed, const std::string& message) {
+    for (auto& s : active)
+      if (&*s->session == &failed) fail(*s, message);
+  });
+  std::lock_guard lk(mu_);
+  load_.steps += runner_->calls() - calls;
 }
 
 void Engine::fail(Slot& slot, const std::string& message) {

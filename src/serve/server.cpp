@@ -43,6 +43,7 @@ void Server::stop() {}
 #include <random>
 
 #include "dspark/serve/api.hpp"
+#include "peer_socket.hpp"
 
 namespace dspark::serve {
 
@@ -59,6 +60,8 @@ constexpr const char* kEventStream = "text/event-stream";
 // (which also detects a client that went away while its request was queued).
 constexpr std::chrono::milliseconds kKeepAlive{2000};
 constexpr size_t kMaxBody = size_t{64} << 20;  // bytes of one request body
+// How often a non-streaming request checks that its client is still there.
+constexpr std::chrono::milliseconds kClientCheck{200};
 
 void send_json(httplib::Response& res, int status, const json& body) {
   res.status = status;
@@ -142,6 +145,14 @@ struct Server::Impl {
       }
       const int status = res.status;
       std::string message = "request failed with HTTP status " + std::to_string(status);
+      // The HTTP library reads a negative or non-numeric Content-Length as a
+      // huge one and answers 413; the request is malformed, not too large.
+      const std::string length = req.get_header_value("Content-Length");
+      if (status == 413 && malformed_content_length(length)) {
+        send_error(res, 400, "Content-Length: expected a non-negative integer, got '" + length + "'",
+                   "invalid_request_error");
+        return;
+      }
       if (status == 404) {
         message = "no such endpoint: " + req.method + " " + req.path;
       } else if (status == 400) {
@@ -226,7 +237,10 @@ struct Server::Impl {
       g.n_predict = ar.max_tokens.value_or(std::min(opts.default_max_tokens, ctx - n_prompt));
       g.ctx_size = ctx;
       g.sampling = ar.sampling;
-      if (!ar.seed_given) g.sampling.seed = random();
+      // A request that names a seed gets seed-stable text: the same whatever
+      // else the server is decoding (sampling.hpp, SamplingRule).
+      if (ar.seed_given) g.sampling.rule = SamplingRule::SeedStable;
+      else g.sampling.seed = random();
       g.stop_ids = model.stop_ids;
 
       std::shared_ptr<Request> request;
@@ -241,7 +255,7 @@ struct Server::Impl {
                         opts.model_name};
       if (ar.stream) return stream(res, std::move(request), std::move(meta), ar.include_usage);
 
-      const std::string text = request->wait();
+      const std::string text = wait_watching_client(req, *request);
       const RequestOutcome& o = request->outcome();
       switch (o.reason) {
         case FinishReason::Stop:
@@ -257,6 +271,17 @@ struct Server::Impl {
     } catch (const std::exception& e) {
       send_error(res, 500, std::string("internal error: ") + e.what(), "server_error");
     }
+  }
+
+  // Waits for a non-streaming request to end; cancels it when its client
+  // closes the connection meanwhile (the slot is freed at the next step).
+  static std::string wait_watching_client(const httplib::Request& http_req, Request& request) {
+    const int fd = find_connection_socket(http_req.local_addr, http_req.local_port, http_req.remote_addr,
+                                          http_req.remote_port);
+    std::string text;
+    while (!request.poll(text, kClientCheck))
+      if (fd >= 0 && !request.cancel_requested() && peer_closed(fd)) request.cancel();
+    return text;
   }
 
   void stream(httplib::Response& res, std::shared_ptr<Request> request, ResponseMeta meta,

@@ -9,6 +9,7 @@
 #include "dspark/error.hpp"
 #include "dspark/io/atomic_file.hpp"
 #include "dspark/io/safetensors.hpp"
+#include "json_get.hpp"
 
 namespace dspark {
 
@@ -18,104 +19,7 @@ namespace {
 
 constexpr int kVersion = 1;
 
-template <typename T>
-T get(const nlohmann::json& j, const char* key, const std::string& where) {
-  if (!j.contains(key)) throw FormatError(where + ": missing key '" + key + "'");
-  try {
-    return j.at(key).get<T>();
-  } catch (const nlohmann::json::exception& e) {
-    throw FormatError(where + ": key '" + key + "' has the wrong type (" + j.at(key).type_name() + ")");
-  }
-}
-
 }  // namespace
-
-nlohmann::json config_to_json(const DrafterConfig& c) {
-  nlohmann::json cfg = {
-      {"gamma", c.gamma},           {"d_draft", c.hidden},
-      {"n_layers", c.n_layers},     {"n_heads", c.n_heads},
-      {"n_kv_heads", c.n_kv_heads}, {"head_dim", c.head_dim},
-      {"ffn", c.ffn},               {"markov_rank", c.markov_rank},
-      {"tap_layers", c.tap_layers}, {"seq_head", to_string(c.seq_head)},
-      {"mask_token_id", c.mask_token_id}, {"rope_base", c.rope_base},
-  };
-  if (!c.sts_thresholds.empty()) cfg["sts"]["thresholds"] = c.sts_thresholds;
-  if (!c.sts_temperatures.empty()) cfg["sts"]["temperatures"] = c.sts_temperatures;
-  if (!c.draft_vocab.empty()) cfg["draft_vocab"] = c.draft_vocab;
-  return cfg;
-}
-
-DrafterConfig config_from_json(const nlohmann::json& j, const std::string& where) {
-  const auto& cfg = j.contains("config") ? j.at("config") : throw FormatError(where + ": missing key 'config'");
-  const auto& dims = j.contains("dims") ? j.at("dims") : throw FormatError(where + ": missing key 'dims'");
-  const std::string cw = where + " config";
-  DrafterConfig c;
-  c.gamma = get<int>(cfg, "gamma", cw);
-  c.n_layers = get<int>(cfg, "n_layers", cw);
-  c.n_heads = get<int>(cfg, "n_heads", cw);
-  c.n_kv_heads = get<int>(cfg, "n_kv_heads", cw);
-  c.head_dim = get<int>(cfg, "head_dim", cw);
-  c.ffn = get<int>(cfg, "ffn", cw);
-  c.markov_rank = get<int>(cfg, "markov_rank", cw);
-  c.tap_layers = get<std::vector<int>>(cfg, "tap_layers", cw);
-  c.seq_head = SeqHead::None;
-  if (cfg.contains("seq_head")) {
-    try {
-      c.seq_head = parse_seq_head(get<std::string>(cfg, "seq_head", cw));
-    } catch (const InvalidArgument& e) {
-      throw FormatError(cw + ": " + e.what());
-    }
-  }
-  c.mask_token_id = cfg.contains("mask_token_id") ? get<int>(cfg, "mask_token_id", cw) : -1;
-  c.rope_base = cfg.contains("rope_base") ? get<double>(cfg, "rope_base", cw) : 10000.0;
-  if (cfg.contains("sts") && cfg.at("sts").contains("thresholds")) {
-    c.sts_thresholds = get<std::vector<double>>(cfg.at("sts"), "thresholds", cw + " sts");
-    for (double t : c.sts_thresholds)
-      if (!(t >= 0 && t <= 1))
-        throw FormatError(cw + " sts: thresholds must lie in [0, 1], got " + std::to_string(t));
-  }
-  if (cfg.contains("sts") && cfg.at("sts").contains("temperatures")) {
-    c.sts_temperatures = get<std::vector<double>>(cfg.at("sts"), "temperatures", cw + " sts");
-    for (double t : c.sts_temperatures)
-      if (!(t > 0) || !std::isfinite(t))
-        throw FormatError(cw + " sts: temperatures must be positive and finite");
-  }
-  if (cfg.contains("draft_vocab")) c.draft_vocab = get<std::vector<TokenId>>(cfg, "draft_vocab", cw);
-  const std::string dw = where + " dims";
-  c.hidden = get<int64_t>(dims, "hidden_size", dw);
-  c.vocab = get<int64_t>(dims, "vocab_size", dw);
-  c.eps = dims.contains("eps") ? get<double>(dims, "eps", dw) : 1e-5;
-  c.target_id = get<std::string>(j, "target_id", where);
-  if (cfg.contains("d_draft") && get<int64_t>(cfg, "d_draft", cw) != c.hidden)
-    throw FormatError(cw + ": d_draft differs from dims.hidden_size");
-  try {
-    c.validate();
-  } catch (const InvalidArgument& e) {
-    throw FormatError(where + ": " + e.what());
-  }
-  // After validate(): gamma is known to be in range.
-  const auto per_position = [&](const std::vector<double>& v, const char* what) {
-    if (!v.empty() && v.size() != static_cast<size_t>(c.gamma))
-      throw FormatError(cw + " sts: expected " + std::to_string(c.gamma) + " " + what +
-                        " (one per draft position), got " + std::to_string(v.size()));
-  };
-  per_position(c.sts_thresholds, "thresholds");
-  per_position(c.sts_temperatures, "temperatures");
-  return c;
-}
-
-nlohmann::json read_drafter_json(const std::string& dir) {
-  const std::string path = (fs::path(dir) / "dspark.json").string();
-  if (!fs::exists(dir)) throw Error(dir + ": drafter directory does not exist");
-  if (fs::exists(path)) io::require_regular_file(path, "a drafter config (dspark.json)");
-  std::ifstream in(path);
-  if (!in) throw Error(path + ": cannot open (expected a drafter directory with dspark.json)");
-  try {
-    return nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw FormatError(path + ": invalid JSON: " + e.what());
-  }
-}
 
 void save_drafter(const Drafter& drafter, const std::string& dir, bool bf16,
                   const nlohmann::json& extra) {
@@ -188,7 +92,7 @@ Drafter load_drafter(const std::string& dir) {
                       "this version cannot load; retrain the drafter with `dspark train` (or "
                       "re-create it with `dspark init-drafter`)");
   }
-  const std::string variant = get<std::string>(j, "variant", where);
+  const std::string variant = json_get<std::string>(j, "variant", where);
   if (variant != "dspark" && variant != "dflash") {
     throw FormatError(where + ": unknown variant '" + variant + "' (expected dspark or dflash)");
   }
@@ -196,7 +100,7 @@ Drafter load_drafter(const std::string& dir) {
   if (variant == "dflash" && !j.at("config").contains("seq_head")) cfg.seq_head = SeqHead::None;
 
   const std::string weights = (fs::path(dir) / "model.safetensors").string();
-  const int64_t weights_bytes = j.contains("weights_bytes") ? get<int64_t>(j, "weights_bytes", where) : -1;
+  const int64_t weights_bytes = j.contains("weights_bytes") ? json_get<int64_t>(j, "weights_bytes", where) : -1;
   if (fs::exists(weights)) io::require_regular_file(weights, "drafter weights (safetensors file)");
   if (weights_bytes >= 0 && fs::exists(weights) &&
       static_cast<int64_t>(fs::file_size(weights)) != weights_bytes) {

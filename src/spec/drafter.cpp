@@ -37,23 +37,6 @@ std::string L(int i, const char* name) { return "layers." + std::to_string(i) + 
 
 }  // namespace
 
-std::string to_string(SeqHead h) {
-  switch (h) {
-    case SeqHead::None: return "none";
-    case SeqHead::Markov: return "markov";
-    case SeqHead::Gated: return "gated";
-    case SeqHead::Rnn: return "rnn";
-    case SeqHead::Elman: return "elman";
-  }
-  return "?";
-}
-
-SeqHead parse_seq_head(const std::string& s) {
-  for (SeqHead h : {SeqHead::None, SeqHead::Markov, SeqHead::Gated, SeqHead::Rnn, SeqHead::Elman})
-    if (to_string(h) == s) return h;
-  throw InvalidArgument("unknown sequential head '" + s + "' (expected none, markov, gated, rnn or elman)");
-}
-
 void DrafterConfig::complete_from(const TargetInfo& t) {
   if (n_heads == 0) n_heads = static_cast<int>(t.n_heads);
   if (n_kv_heads == 0) n_kv_heads = static_cast<int>(t.n_kv_heads);
@@ -75,30 +58,6 @@ void DrafterConfig::complete_from(const TargetInfo& t) {
       throw InvalidArgument("tap layer " + std::to_string(l) + " outside the target's layers [0, " +
                             std::to_string(t.n_layers) + ")");
   validate();
-}
-
-void DrafterConfig::validate() const {
-  auto need = [](bool ok, const std::string& what) {
-    if (!ok) throw InvalidArgument("drafter config: " + what);
-  };
-  need(gamma >= 1 && gamma <= kMaxGamma, "gamma must be in [1, " + std::to_string(kMaxGamma) + "], got " + std::to_string(gamma));
-  need(n_layers >= 1 && n_layers <= 32, "n_layers must be in [1, 32], got " + std::to_string(n_layers));
-  need(n_heads > 0 && n_kv_heads > 0 && n_heads % n_kv_heads == 0,
-       "n_heads must be a positive multiple of n_kv_heads");
-  need(head_dim > 0 && head_dim % 2 == 0, "head_dim must be positive and even");
-  need(hidden > 0 && hidden % 32 == 0, "hidden size must be a multiple of 32");
-  need((n_heads * head_dim) % 32 == 0 && ffn % 32 == 0, "attention and MLP widths must be multiples of 32");
-  need(markov_rank >= 32 && markov_rank % 32 == 0,
-       "markov_rank must be a positive multiple of 32, got " + std::to_string(markov_rank));
-  need(!tap_layers.empty(), "at least one tap layer is required");
-  need(vocab > 0, "vocab must be positive");
-  need(mask_token_id < vocab, "mask_token_id outside the vocabulary");
-  for (size_t i = 0; i < draft_vocab.size(); ++i) {
-    need(draft_vocab[i] >= 0 && draft_vocab[i] < vocab,
-         "draft_vocab id " + std::to_string(draft_vocab[i]) + " outside the vocabulary [0, " +
-             std::to_string(vocab) + ")");
-    need(i == 0 || draft_vocab[i] > draft_vocab[i - 1], "draft_vocab must be strictly ascending");
-  }
 }
 
 std::vector<std::pair<std::string, std::vector<int64_t>>> Drafter::param_spec(const DrafterConfig& c) {

@@ -115,7 +115,7 @@ Draft Drafter::draft(const DraftState& st, TokenId anchor, int gamma,
       // order (descending probability, ties by ascending id).
       Distribution q = process_logits(logits, V, sampling);
       for (TokenId& id : q.ids) id = token_of(id);
-      x = sample(q, rng);
+      x = draw(q, sampling, rng, st.n_ctx + 1 + k);  // slot k predicts position n_ctx + 1 + k
       out.q.push_back(std::move(q));
     }
     out.tokens.push_back(x);

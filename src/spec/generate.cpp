@@ -8,23 +8,9 @@
 
 namespace dspark {
 
-double GenerateStats::tau() const {
-  if (rounds == 0) return generated_tokens > 0 ? 1.0 : 0.0;  // plain decoding
-  return static_cast<double>(accepted + rounds) / static_cast<double>(rounds);
-}
-
-std::vector<double> GenerateStats::acceptance_by_position() const {
-  std::vector<double> a(reached_by_position.size(), 0.0);
-  for (size_t k = 0; k < a.size(); ++k)
-    a[k] = reached_by_position[k] > 0
-               ? static_cast<double>(accepted_by_position[k]) / reached_by_position[k]
-               : 0.0;
-  return a;
-}
-
-TokenId pick_token(const float* logits, int64_t V, const SamplingParams& p, Rng& rng) {
+TokenId pick_token(const float* logits, int64_t V, const SamplingParams& p, Rng& rng, int64_t position) {
   if (p.greedy()) return argmax(logits, V);
-  return sample(process_logits(logits, V, p), rng);
+  return draw(process_logits(logits, V, p), p, rng, position);
 }
 
 void check_prompt_fits(int64_t prompt_tokens, int64_t ctx_size) {

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "dspark/error.hpp"
+#include "dspark/spec/seed_stable.hpp"
 
 namespace dspark {
 
@@ -18,6 +19,8 @@ std::string fmt(double v) {
   return os.str();
 }
 }  // namespace
+
+const char* to_string(SamplingRule r) { return r == SamplingRule::SeedStable ? "seed-stable" : "rejection"; }
 
 void SamplingParams::validate() const {
   if (!std::isfinite(temperature) || temperature < 0.f)
@@ -117,6 +120,14 @@ TokenId sample(const Distribution& dist, Rng& rng) {
     if (u < cum) return dist.ids[i];
   }
   return dist.ids.back();  // rounding left u just above the total mass
+}
+
+}  // namespace dspark
+
+namespace dspark {
+
+TokenId draw(const Distribution& dist, const SamplingParams& params, Rng& rng, int64_t position) {
+  return params.rule == SamplingRule::SeedStable ? gumbel_argmax(dist, params.seed, position) : sample(dist, rng);
 }
 
 }  // namespace dspark

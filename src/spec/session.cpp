@@ -5,8 +5,6 @@
 #include <chrono>
 
 #include "dspark/error.hpp"
-#include "dspark/spec/calibration.hpp"
-#include "dspark/spec/scheduler.hpp"
 
 namespace dspark {
 
@@ -14,20 +12,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
-}
-
-std::vector<double> resolve_thresholds(const DraftModel& d, const SpecOptions& s, int gamma) {
-  if (!s.prune) return {};
-  if (s.min_conf >= 0) return std::vector<double>(static_cast<size_t>(gamma), s.min_conf);
-  if (s.thresholds) return *s.thresholds;
-  return d.calibrated_thresholds();
-}
-
-// Checkpoint thresholds are on calibrated survival when the checkpoint holds
-// STS temperatures; explicit thresholds stay on per-position confidence.
-std::vector<double> resolve_prune_temperatures(const DraftModel& d, const SpecOptions& s) {
-  if (!s.prune || s.min_conf >= 0 || s.thresholds) return {};
-  return d.calibrated_temperatures();
 }
 }  // namespace
 
@@ -38,17 +22,19 @@ struct SpecSession::Impl {
   GenerateOptions opts;
   SpecOptions spec;
   int gamma = 0;
-  std::vector<double> thresholds;
-  std::vector<double> prune_temperatures;  // empty: thresholds apply to σ(z_k)
   KVCache cache;
   Rng rng;
   TapRequest taps;
   DraftState ds;
   GenerateResult res;
 
+  int64_t n_prefilled = 0;  // prompt tokens in the cache
+  int64_t chunk = 0;        // prompt tokens of the next prefill call (0: all)
+  int64_t chunk_sent = 0;   // prompt tokens of the call in flight
   bool prefilled = false;
   bool done = false;
   TokenId anchor = -1;
+  int64_t anchor_pos = 0;  // absolute position of the anchor
   Draft dr;            // current round's draft
   int ell = 0;         // verify length for the current round
   std::vector<TokenId> block;
@@ -69,8 +55,6 @@ struct SpecSession::Impl {
         throw InvalidArgument("thresholds: expected at most gamma = " + std::to_string(gamma) +
                               " values (one per draft position), got " +
                               std::to_string(spec.thresholds->size()));
-      thresholds = resolve_thresholds(*drafter, spec, gamma);
-      prune_temperatures = resolve_prune_temperatures(*drafter, spec);
       taps.layers = drafter->tap_layers();
       res.stats.reached_by_position.assign(static_cast<size_t>(gamma), 0);
       res.stats.accepted_by_position.assign(static_cast<size_t>(gamma), 0);
@@ -86,6 +70,7 @@ struct SpecSession::Impl {
   bool emit(TokenId t) {
     if (is_stop(t)) {
       res.stopped_by_eog = true;
+      res.stop_token = t;
       return finish();
     }
     res.tokens.push_back(t);
@@ -107,6 +92,34 @@ struct SpecSession::Impl {
   void after_anchor() {
     if (!done && cache.size() + 1 > cache.max_tokens()) finish();
   }
+
+  // The token of absolute position `pos` from target logits [V].
+  TokenId target_token(const float* logits, int64_t V, int64_t pos) {
+    return pick_token(logits, V, opts.sampling, rng, pos);
+  }
+
+  // Sampled verification of the current round; returns the accepted count
+  // and sets `next` to the correction or bonus token.
+  int verify_sampled(const float* logits, int64_t V, TokenId& next) {
+    const SamplingParams& sp = opts.sampling;
+    if (sp.rule == SamplingRule::SeedStable) {
+      // Accept while the draft equals the target's own token of that
+      // position: the output is the plain-sampled sequence.
+      for (int k = 0; k <= ell; ++k) {
+        next = target_token(logits + k * V, V, anchor_pos + 1 + k);
+        if (k == ell || next != dr.tokens[k]) return k;
+      }
+    }
+    for (int k = 0; k < ell; ++k) {
+      Distribution p = process_logits(logits + k * V, V, sp);
+      if (!accept_token(p, dr.q[k], dr.tokens[k], rng.uniform())) {
+        next = sample(residual(p, dr.q[k]), rng);
+        return k;
+      }
+    }
+    next = sample(process_logits(logits + ell * V, V, sp), rng);
+    return ell;
+  }
 };
 
 SpecSession::SpecSession(TargetModel& target, const DraftModel* drafter, std::vector<TokenId> prompt,
@@ -117,6 +130,12 @@ SpecSession::SpecSession(SpecSession&&) noexcept = default;
 SpecSession& SpecSession::operator=(SpecSession&&) noexcept = default;
 
 bool SpecSession::finished() const { return impl_->done; }
+bool SpecSession::prefilling() const { return !impl_->prefilled; }
+int64_t SpecSession::prefilled_tokens() const { return impl_->n_prefilled; }
+int64_t SpecSession::prefill_remaining() const {
+  return static_cast<int64_t>(impl_->prompt.size()) - impl_->n_prefilled;
+}
+void SpecSession::set_prefill_chunk(int64_t n) { impl_->chunk = std::clamp<int64_t>(n, 1, std::max<int64_t>(prefill_remaining(), 1)); }
 const std::vector<float>& SpecSession::conf_logits() const { return impl_->dr.conf_logits; }
 int SpecSession::max_verify() const { return impl_->ell; }
 const TapRequest& SpecSession::taps() const { return impl_->taps; }
@@ -138,11 +157,7 @@ void SpecSession::draft() {
   const auto t0 = Clock::now();
   s.dr = s.drafter->draft(s.ds, s.anchor, g, s.opts.sampling, s.rng);
   s.res.stats.draft_s += seconds(t0, Clock::now());
-  s.ell = prune_length(s.dr.conf_logits, s.thresholds, s.prune_temperatures);
-  if (!s.spec.sps.empty()) {
-    const auto a = calibrated_survival(s.dr.conf_logits, s.drafter->calibrated_temperatures());
-    s.ell = std::min(s.ell, schedule_single(std::vector<double>(a.begin(), a.begin() + s.ell), s.spec.sps));
-  }
+  s.ell = static_cast<int>(s.dr.tokens.size());
 }
 
 void SpecSession::skip_draft() {
@@ -156,9 +171,14 @@ ForwardSeq SpecSession::forward_input() {
   if (s.done) throw InvalidArgument("forward_input: the session has finished");
   s.t_call = Clock::now();
   if (!s.prefilled) {
-    s.t_start = s.t_call;
-    return ForwardSeq{&s.cache, s.prompt, Logits::Last};
+    if (s.n_prefilled == 0) s.t_start = s.t_call;
+    const int64_t left = prefill_remaining();
+    s.chunk_sent = s.chunk > 0 ? std::min(s.chunk, left) : left;
+    s.chunk = 0;
+    const std::span<const TokenId> part(s.prompt.data() + s.n_prefilled, static_cast<size_t>(s.chunk_sent));
+    return ForwardSeq{&s.cache, part, s.chunk_sent == left ? Logits::Last : Logits::None};
   }
+  s.anchor_pos = s.cache.size();
   s.block.assign(1, s.anchor);
   s.block.insert(s.block.end(), s.dr.tokens.begin(), s.dr.tokens.begin() + s.ell);
   return ForwardSeq{&s.cache, s.block, Logits::All};
@@ -168,16 +188,18 @@ void SpecSession::consume(const ForwardOut& out) {
   Impl& s = *impl_;
   auto& st = s.res.stats;
   const int64_t V = s.target.info().vocab;
-  const float* logits = out.logits.data_ptr<float>();
   if (!s.prefilled) {
     if (s.drafter) s.drafter->append_context(s.ds, out.taps);
-    s.anchor = pick_token(logits, V, s.opts.sampling, s.rng);
+    s.n_prefilled += s.chunk_sent;
+    if (s.n_prefilled < static_cast<int64_t>(s.prompt.size())) return;  // more chunks to come
+    s.anchor = s.target_token(out.logits.data_ptr<float>(), V, s.n_prefilled);
     s.prefilled = true;
     s.t_prefilled = Clock::now();
     st.prefill_s = seconds(s.t_start, s.t_prefilled);
     if (s.emit(s.anchor)) s.after_anchor();
     return;
   }
+  const float* logits = out.logits.data_ptr<float>();
   st.verify_s += seconds(s.t_call, Clock::now());
   ++st.target_calls;
   const int ell = s.ell;
@@ -187,14 +209,7 @@ void SpecSession::consume(const ForwardOut& out) {
     while (n_acc < ell && s.dr.tokens[n_acc] == argmax(logits + n_acc * V, V)) ++n_acc;
     next = argmax(logits + n_acc * V, V);
   } else {
-    for (; n_acc < ell; ++n_acc) {
-      Distribution p = process_logits(logits + n_acc * V, V, s.opts.sampling);
-      if (!accept_token(p, s.dr.q[n_acc], s.dr.tokens[n_acc], s.rng.uniform())) {
-        next = sample(residual(p, s.dr.q[n_acc]), s.rng);
-        break;
-      }
-    }
-    if (n_acc == ell) next = sample(process_logits(logits + ell * V, V, s.opts.sampling), s.rng);
+    n_acc = s.verify_sampled(logits, V, next);
   }
   if (s.drafter) {
     ++st.rounds;
@@ -215,33 +230,6 @@ void SpecSession::consume(const ForwardOut& out) {
     if (!s.emit(s.dr.tokens[k])) return;
   s.anchor = next;
   if (s.emit(next)) s.after_anchor();
-}
-
-// ---- single-request drivers -------------------------------------------------
-
-namespace {
-GenerateResult run_session(TargetModel& target, SpecSession& s) {
-  while (!s.finished()) {
-    s.draft();
-    ForwardSeq f = s.forward_input();
-    auto out = target.forward(std::span<ForwardSeq>(&f, 1), s.taps());
-    s.consume(out[0]);
-  }
-  return std::move(s.result());
-}
-}  // namespace
-
-GenerateResult generate_plain(TargetModel& model, const std::vector<TokenId>& prompt,
-                              const GenerateOptions& opts) {
-  SpecSession s(model, nullptr, prompt, opts);
-  return run_session(model, s);
-}
-
-GenerateResult generate_speculative(TargetModel& target, const DraftModel& drafter,
-                                    const std::vector<TokenId>& prompt, const GenerateOptions& opts,
-                                    const SpecOptions& spec) {
-  SpecSession s(target, &drafter, prompt, opts, spec);
-  return run_session(target, s);
 }
 
 }  // namespace dspark

@@ -79,17 +79,20 @@ ChatTemplate ChatTemplate::from_gguf(const io::GGUFFile& file, const Tokenizer& 
   if (!file.has(key)) {
     throw FormatError(file.path() + ": missing metadata key '" + key + "'; cannot format chat prompts");
   }
-  const std::string tmpl = file.get_string(key);
+  return from_text(file.get_string(key), tokenizer, file.path());
+}
+
+ChatTemplate ChatTemplate::from_text(const std::string& tmpl, const Tokenizer& tokenizer, const std::string& source) {
   if (tmpl.find(kStart) == std::string::npos) {
     std::string head = tmpl.substr(0, 80);
     if (tmpl.size() > head.size()) head += "...";
-    throw FormatError(file.path() + ": unsupported chat template (only ChatML, marked by '<|im_start|>', "
+    throw FormatError(source + ": unsupported chat template (only ChatML, marked by '<|im_start|>', "
                       "is supported): \"" + head + "\"");
   }
   const auto start = tokenizer.find_token(kStart);
   const auto end = tokenizer.find_token(kEnd);
   if (!start || !end) {
-    throw FormatError(file.path() + ": the chat template is ChatML but the vocabulary lacks '" +
+    throw FormatError(source + ": the chat template is ChatML but the vocabulary lacks '" +
                       std::string(start ? kEnd : kStart) + "'");
   }
   return ChatTemplate(tokenizer, ChatFormat::ChatML, *start, *end, find_default_system(tmpl));

@@ -24,6 +24,7 @@
 #include "dspark/error.hpp"
 #include "dspark/io/atomic_file.hpp"
 #include "dspark/io/safetensors.hpp"
+#include "dspark/spec/runner.hpp"
 #include "dspark/tokenizer/tokenizer.hpp"
 
 namespace dspark::train {
@@ -231,7 +232,6 @@ void generate_batched(TargetModel& model, std::span<const BatchRequest> requests
     throw InvalidArgument("n_predict must be >= 1, got " + std::to_string(opts.n_predict));
   opts.sampling.validate();
   const TargetInfo& info = model.info();
-  const int64_t V = info.vocab;
   const int64_t ctx = opts.ctx_size > 0 ? opts.ctx_size : info.context;
   for (size_t i = 0; i < requests.size(); ++i) {
     try {
@@ -240,69 +240,48 @@ void generate_batched(TargetModel& model, std::span<const BatchRequest> requests
       throw InvalidArgument("request " + std::to_string(i) + ": " + e.what());
     }
   }
-  auto is_stop = [&](TokenId t) {
-    return std::find(opts.stop_ids.begin(), opts.stop_ids.end(), t) != opts.stop_ids.end();
-  };
-
+  // Plain sessions stepped by the one runner: the stop, budget and
+  // full-context rules are the session's.
   struct Slot {
     size_t index;
-    KVCache cache;
-    Rng rng;
-    std::vector<TokenId> response;
-    int64_t emitted = 0;   // response tokens other than a stop id
-    TokenId feed = -1;     // next token to feed (after the prefill)
-    bool prefilled = false;
+    std::unique_ptr<SpecSession> session;
   };
-  std::vector<std::unique_ptr<Slot>> active;
+  BatchRunner runner(model, nullptr, SpecOptions{});
+  std::vector<Slot> active;
+  std::vector<SpecSession*> sessions;
   size_t next = 0;
-  std::vector<ForwardSeq> seqs;
   for (;;) {
     while (static_cast<int64_t>(active.size()) < batch && next < requests.size()) {
-      const BatchRequest& r = requests[next];
-      // Room for the prompt and every fed response token; the cache grows on demand.
-      const int64_t cap = std::min(ctx, static_cast<int64_t>(r.prompt.size()) + opts.n_predict);
-      active.push_back(std::make_unique<Slot>(
-          Slot{next, KVCache(info.n_layers, info.n_kv_heads, info.head_dim, cap), Rng(r.seed), {}}));
+      GenerateOptions o = opts;
+      o.sampling.seed = requests[next].seed;
+      active.push_back(Slot{next, std::make_unique<SpecSession>(model, nullptr, requests[next].prompt, o)});
       ++next;
     }
     if (active.empty()) break;
+    sessions.clear();
+    for (const Slot& s : active) sessions.push_back(s.session.get());
+    const int64_t sampled = runner.step(sessions);
 
-    seqs.clear();
-    for (const auto& s : active) {
-      std::span<const TokenId> toks = s->prefilled ? std::span<const TokenId>(&s->feed, 1)
-                                                   : std::span<const TokenId>(requests[s->index].prompt);
-      seqs.push_back(ForwardSeq{&s->cache, toks, Logits::Last});
-    }
-    std::vector<ForwardOut> outs = model.forward(seqs);
-
-    std::vector<std::unique_ptr<Slot>> still;
-    still.reserve(active.size());
     std::vector<BatchResult> finished;
-    for (size_t k = 0; k < active.size(); ++k) {
-      Slot& s = *active[k];
-      s.prefilled = true;
-      const TokenId t = pick_token(outs[k].logits.data_ptr<float>(), V, opts.sampling, s.rng);
-      s.response.push_back(t);
-      bool done = false, eog = false;
-      if (is_stop(t)) {
-        done = eog = true;
-      } else {
-        ++s.emitted;
-        // Same end conditions as generate_plain: n_predict or a full context.
-        done = s.emitted >= opts.n_predict || s.cache.size() >= ctx;
-        s.feed = t;
+    std::vector<Slot> still;
+    still.reserve(active.size());
+    for (Slot& s : active) {
+      if (!s.session->finished()) {
+        still.push_back(std::move(s));
+        continue;
       }
-      if (done) {
-        finished.push_back(BatchResult{s.index, std::move(s.response), eog});
-      } else {
-        still.push_back(std::move(active[k]));
-      }
+      GenerateResult& r = s.session->result();
+      // The stop id that ended a sequence is kept as its last response token.
+      if (r.stopped_by_eog) r.tokens.push_back(r.stop_token);
+      finished.push_back(BatchResult{s.index, std::move(r.tokens), r.stopped_by_eog});
     }
-    const int64_t sampled = static_cast<int64_t>(active.size());
     active = std::move(still);
     for (auto& r : finished)
       if (!on_done(std::move(r))) return;
-    if (on_step && !on_step(sampled)) return;
+    // A stop id is sampled too: count it as the old per-token loop did.
+    int64_t stops = 0;
+    for (const auto& r : finished) stops += r.stopped_by_eog ? 1 : 0;
+    if (on_step && !on_step(sampled + stops)) return;
   }
 }
 

@@ -6,9 +6,11 @@ Runs against a server that is already up:
     python3 tests/serve/test_openai_client.py --base-url http://127.0.0.1:8080 [--suite full]
 
 Suites: "full" (every check except the disconnect one; needs --parallel >= 8
-for the concurrency check to batch) and "disconnect" (a client that goes away
-mid-stream frees its slot; meant for a --parallel 1 server). Greedy requests
-(temperature 0) only, so results are deterministic. Exit status 0 when every
+for the concurrency check to batch), "seeds" (sampled requests with explicit
+seeds give the same text together as alone) and "disconnect" (a client that
+goes away frees its slot; meant for a --parallel 1 server). The full and
+disconnect suites send greedy requests (temperature 0) only, so results are
+deterministic. Exit status 0 when every
 check passes. tests/serve_test.cpp starts the servers and runs this script.
 """
 
@@ -360,6 +362,21 @@ def bad_requests_get_400_and_server_keeps_serving(ctx):
     status, headers, raw = ctx.raw("POST", "/v1/completions", big, content_type="application/x-www-form-urlencoded")
     assert status == 413 and headers.get("content-type", "").startswith("application/json"), (status, headers)
     assert "application/json" in json.loads(raw)["error"]["message"], raw
+    # A negative Content-Length is a malformed request (400), not a body too large.
+    with socket.create_connection((ctx.host, ctx.port), timeout=30) as sock:
+        sock.sendall(
+            b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: -5\r\nConnection: close\r\n\r\n{}"
+        )
+        reply = b""
+        while True:
+            part = sock.recv(65536)
+            if not part:
+                break
+            reply += part
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400"), reply[:300]
+    assert "Content-Length: expected a non-negative integer, got '-5'" in json.loads(body)["error"]["message"], body
     # The official client surfaces them as BadRequestError.
     for kw in ({"max_tokens": 0}, {"temperature": -1}, {"max_tokens": 10**7}):
         try:
@@ -376,6 +393,53 @@ def bad_requests_get_400_and_server_keeps_serving(ctx):
     r = json.loads(raw)
     assert r["usage"]["completion_tokens"] <= 3, r
     assert ctx.health()["status"] == "ok"
+
+
+# ---- seeds suite ---------------------------------------------------------------
+
+SEEDED = [
+    "Tell me a short story about a lighthouse.",
+    "Write a haiku about rain.",
+    "What should I cook tonight?",
+    "Describe a cat in three sentences.",
+    "Give me a name for a bakery.",
+    "Explain why the sea is salty.",
+    "Invent a new board game.",
+    "What is a good morning routine?",
+]
+
+
+@check("seeds")
+def seeded_requests_are_batch_independent(ctx):
+    """Eight sampled requests with distinct seeds return, when sent together,
+    exactly what each returns alone (seed-stable sampling)."""
+
+    def ask(i):
+        r = chat(ctx, SEEDED[i], max_tokens=48, temperature=0.8, seed=1000 + i)
+        return r.choices[0].message.content, r.usage.completion_tokens, r.choices[0].finish_reason
+
+    alone = [ask(i) for i in range(len(SEEDED))]
+    together = [None] * len(SEEDED)
+    errors = []
+
+    def run(i):
+        try:
+            together[i] = ask(i)
+        except Exception as e:  # reported below
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(SEEDED))]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors
+    same = sum(a == b for a, b in zip(alone, together))
+    for i, (a, b) in enumerate(zip(alone, together)):
+        assert a == b, ("%d of %d identical" % (same, len(SEEDED)), SEEDED[i], a, b)
+    # Distinct seeds give distinct texts (the seed is used at all).
+    assert len({a[0] for a in alone}) == len(SEEDED), alone
+    print("  %d of %d seeded requests identical together and alone" % (same, len(SEEDED)))
 
 
 # ---- disconnect suite ------------------------------------------------------------
@@ -437,6 +501,31 @@ def socket_reset_frees_slot(ctx):
     s.close()
     h = wait_idle(ctx)
     assert h["completed"] == done0 + 1, h
+    quick_request_completes(ctx)
+
+
+@check("disconnect")
+def non_streaming_client_that_leaves_frees_slot(ctx):
+    # A non-streaming request whose client closes the connection while it
+    # is being decoded is cancelled: the slot frees long before 4000 tokens.
+    done0 = ctx.health()["completed"]
+    body = json.dumps({"prompt": COUNTING, "max_tokens": 4000, "temperature": 0}).encode()
+    s = socket.create_connection((ctx.host, ctx.port), timeout=60)
+    s.sendall(
+        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        + b"Content-Length: %d\r\n\r\n" % len(body)
+        + body
+    )
+    end = time.time() + 60
+    while ctx.health()["active"] == 0:
+        assert time.time() < end, ctx.health()
+        time.sleep(0.05)
+    time.sleep(0.5)
+    s.close()
+    t0 = time.time()
+    h = wait_idle(ctx)
+    assert h["completed"] == done0 + 1, h
+    assert time.time() - t0 < 10, time.time() - t0
     quick_request_completes(ctx)
 
 

@@ -31,7 +31,7 @@
 // This module assumes a little-endian host (checked at compile time).
 #pragma once
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 
 #include <cstdint>
 #include <map>

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "dspark/error.hpp"
-#include "dspark/serve/engine.hpp"
+#include "dspark/serve/outcome.hpp"
 #include "dspark/spec/sampling.hpp"
 #include "dspark/tokenizer/chat_template.hpp"
 
@@ -62,6 +62,10 @@ struct ApiRequest {
 /// field for malformed JSON (param ""), a body that is not an object, a
 /// field of the wrong type, or a value out of range.
 ApiRequest parse_request(std::string_view body, Endpoint endpoint, const SamplingParams& defaults);
+
+/// True when a Content-Length header value is present but not a
+/// non-negative decimal integer (e.g. "-5", "12abc"): a malformed request.
+bool malformed_content_length(std::string_view value);
 
 /// {"error": {"message", "type", "param", "code": null}}; param is null when
 /// empty.

@@ -2,10 +2,11 @@
 // across requests.
 //
 // One engine thread owns the target model. It keeps up to `parallel` active
-// SpecSessions; every step each active session drafts, the verify lengths
-// are chosen (all drafted positions, or DSpark's prefix scheduler when an SPS
-// profile is given), then ONE ragged target forward call carries every
-// session's input — prefills of newly admitted requests included — and each
+// SpecSessions and steps them with a BatchRunner (dspark/spec/runner.hpp):
+// every step each decoding session drafts, the verify lengths are chosen
+// (all drafted positions, or DSpark's prefix scheduler when an SPS profile
+// is given), then ONE ragged target forward call carries every session's
+// input — prefill chunks of newly admitted requests included — and each
 // session consumes its share. Finished sessions are completed and their
 // slots refilled from the queue.
 //
@@ -27,34 +28,16 @@
 #include <thread>
 #include <vector>
 
+#include "dspark/serve/outcome.hpp"
 #include "dspark/spec/generate.hpp"
 #include "dspark/spec/speculative.hpp"
 #include "dspark/tokenizer/tokenizer.hpp"
 
+namespace dspark {
+class BatchRunner;
+}
+
 namespace dspark::serve {
-
-/// Why a request ended.
-enum class FinishReason {
-  Stop,       // an end-of-generation token or a stop string
-  Length,     // max_tokens reached, or the context is full
-  Cancelled,  // cancelled by the client or by shutdown
-  Error,      // an exception while decoding it (message in RequestOutcome::error)
-};
-
-/// "stop" | "length" | "cancelled" | "error".
-const char* to_string(FinishReason r);
-
-/// Everything known about a request once it has ended.
-struct RequestOutcome {
-  FinishReason reason = FinishReason::Length;
-  std::string error;            // Error / Cancelled: what happened
-  int64_t prompt_tokens = 0;
-  /// Tokens consumed: every emitted token up to and including the one that
-  /// completed a stop string (end-of-generation ids are not counted).
-  int64_t completion_tokens = 0;
-  GenerateStats stats;          // the session's figures (speculative ones when a drafter runs)
-  bool speculative = false;     // a drafter proposed tokens for this request
-};
 
 /// One submitted generation: the client side of its output channel.
 class Request {
@@ -94,9 +77,13 @@ struct EngineOptions {
   SpecOptions spec;   // drafter options applied to every request (spec.sps is ignored)
   /// SPS profile (target steps per second at B = 1..size() verify tokens).
   /// Non-empty with a drafter: each step's verify lengths come from
-  /// schedule_prefixes() over every decoding request's calibrated survival;
-  /// empty: every request verifies all positions that survive pruning.
+  /// schedule_prefixes() over every decoding request's calibrated survival
+  /// (VerifyPolicy sps mode); empty: every request verifies all positions
+  /// that survive pruning.
   std::vector<double> sps;
+  /// Chunked prefill budget per step in target-row equivalents (runner.hpp);
+  /// 0: every prompt whole in one step.
+  int64_t prefill_budget = 0;
 };
 
 /// Current occupancy, for health reports.
@@ -142,12 +129,8 @@ class Engine {
   struct Slot;
   /// The engine thread: admit, step, retire, until shutdown.
   void run();
-  /// One decoding step over the active requests: draft, plan, forward, consume.
+  /// One step of the runner over the active requests.
   void step(std::vector<std::unique_ptr<Slot>>& active);
-  /// Sets the verify lengths of the decoding requests in `batch` (scheduler).
-  void plan_verify(std::vector<Slot*>& batch);
-  /// One ragged target call for `batch`; isolates a failing request.
-  void forward_batch(std::vector<Slot*>& batch);
   /// Delivers the last text and the outcome of an ended request.
   void finish(Slot& slot);
   /// Ends a request with FinishReason::Error.
@@ -157,6 +140,7 @@ class Engine {
   const tok::Tokenizer& tokenizer_;
   const DraftModel* drafter_;
   EngineOptions opts_;
+  std::unique_ptr<BatchRunner> runner_;  // used by the engine thread only
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -42,11 +42,4 @@ Drafter load_drafter(const std::string& dir);
 /// quoting both target ids / dims.
 void check_drafter_matches(const DrafterConfig& cfg, const TargetInfo& target);
 
-/// Reads only dspark.json (for tools that update it, e.g. calibration).
-nlohmann::json read_drafter_json(const std::string& dir);
-
-/// Parses the "config"/"dims" part of dspark.json.
-DrafterConfig config_from_json(const nlohmann::json& j, const std::string& where);
-nlohmann::json config_to_json(const DrafterConfig& c);
-
 }  // namespace dspark

@@ -8,6 +8,7 @@
 
 #include "dspark/model/target.hpp"
 #include "dspark/spec/sampling.hpp"
+#include "dspark/spec/stats.hpp"
 
 namespace dspark {
 
@@ -23,37 +24,10 @@ struct GenerateOptions {
   TokenCallback on_token;          // optional streaming callback
 };
 
-/// Figures of one generation. Times are seconds.
-struct GenerateStats {
-  int64_t prompt_tokens = 0;
-  int64_t generated_tokens = 0;
-  double prefill_s = 0;
-  double decode_s = 0;  // from the end of prefill to the last token
-  int64_t target_calls = 0;  // target forward calls after prefill
-  // Speculative decoding only (zero for plain decoding).
-  int64_t drafted = 0;
-  int64_t accepted = 0;
-  int64_t rounds = 0;
-  double draft_s = 0;
-  double verify_s = 0;
-  std::vector<int64_t> reached_by_position;   // [γ] rounds whose draft reached position k
-  std::vector<int64_t> accepted_by_position;  // [γ] rounds that accepted position k
-
-  double prefill_tok_s() const { return prefill_s > 0 ? prompt_tokens / prefill_s : 0; }
-  /// Tokens per second after the first (which the prefill call produces); 0
-  /// when fewer than 2 tokens were generated.
-  double decode_tok_s() const {
-    return decode_s > 0 && generated_tokens > 1 ? static_cast<double>(generated_tokens - 1) / decode_s : 0;
-  }
-  /// τ: tokens emitted per target call (each round emits accepted + 1).
-  double tau() const;
-  /// Conditional acceptance per draft position: accepted at k / rounds that reached k.
-  std::vector<double> acceptance_by_position() const;
-};
-
 struct GenerateResult {
   std::vector<TokenId> tokens;  // emitted tokens (no end-of-generation id)
   bool stopped_by_eog = false;  // an end-of-generation id ended it
+  TokenId stop_token = -1;      // that id (-1: none)
   GenerateStats stats;
 };
 
@@ -64,9 +38,9 @@ struct GenerateResult {
 GenerateResult generate_plain(TargetModel& model, const std::vector<TokenId>& prompt,
                               const GenerateOptions& opts);
 
-/// Picks the next token from logits [V]: argmax when greedy, else samples
-/// the processed distribution with `rng`.
-TokenId pick_token(const float* logits, int64_t V, const SamplingParams& p, Rng& rng);
+/// Picks the token of absolute position `position` from logits [V]: argmax
+/// when greedy, else draw() from the processed distribution.
+TokenId pick_token(const float* logits, int64_t V, const SamplingParams& p, Rng& rng, int64_t position);
 
 /// Validates prompt length against the context; throws InvalidArgument.
 void check_prompt_fits(int64_t prompt_tokens, int64_t ctx_size);

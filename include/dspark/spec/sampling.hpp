@@ -23,6 +23,32 @@ namespace dspark {
 
 using TokenId = int32_t;
 
+/// How sampled tokens are drawn and sampled drafts verified
+/// (dspark-method.md §5; docs/sampling.md compares the two).
+enum class SamplingRule {
+  /// One random stream per generation (Rng): tokens by inverse CDF; a draft
+  /// token x ~ q is accepted with probability min(1, p(x)/q(x)) and a
+  /// rejection resamples from norm(max(0, p - q)). The best acceptance
+  /// (1 - TV(p, q)), but the text depends on where rounds start: γ, pruning,
+  /// the scheduler and, in a server, the other requests.
+  Rejection,
+  /// Seed-stable (Gumbel-max coupling, seed_stable.hpp): the token at
+  /// absolute position t is argmax_v log p_t(v) + g(seed, t, v); the drafter
+  /// proposes argmax_v log q_t(v) + g(seed, t, v) with the same noise, and a
+  /// draft token is accepted iff it equals the target's. The text is a
+  /// function of (model, prompt, sampling parameters, seed) alone.
+  SeedStable,
+};
+
+/// "rejection" | "seed-stable".
+const char* to_string(SamplingRule r);
+
+/// The rule of a generation that names no seed (the server's requests
+/// without "seed", generate without --seed): the one with the better
+/// measured acceptance (docs/sampling.md). Naming a seed asks for
+/// seed-stable text.
+inline constexpr SamplingRule kUnseededRule = SamplingRule::Rejection;
+
 /// Sampling parameters (llama.cpp's names and defaults).
 struct SamplingParams {
   float temperature = 0.8f;  // <= 0: greedy
@@ -30,6 +56,7 @@ struct SamplingParams {
   float top_p = 0.95f;       // 1: disabled
   float min_p = 0.05f;       // 0: disabled
   uint64_t seed = 0xD5BA4C;  // RNG seed (reproducible for a given seed)
+  SamplingRule rule = kUnseededRule;
 
   bool greedy() const { return temperature <= 0.f; }
   /// Throws dspark::InvalidArgument naming the parameter, the allowed range
@@ -70,5 +97,11 @@ class Rng {
 
 /// Draws one token from `dist` by inverse CDF in its stored order.
 TokenId sample(const Distribution& dist, Rng& rng);
+
+/// Draws the token of absolute position `position` (0-based, prompt
+/// included) from `dist` under params.rule: Rejection → sample(dist, rng);
+/// SeedStable → gumbel_argmax(dist, params.seed, position), leaving `rng`
+/// untouched.
+TokenId draw(const Distribution& dist, const SamplingParams& params, Rng& rng, int64_t position);
 
 }  // namespace dspark

@@ -1,19 +1,22 @@
 // dspark/spec/session.hpp — one generation as a step-wise state machine, so
 // that many requests can share each target forward call (batched serving)
-// and a scheduler can choose each request's verify length between drafting
-// and verification.
+// and a policy can choose each request's verify length between drafting
+// and verification. BatchRunner (runner.hpp) drives sessions; the stop,
+// budget and full-context rules live here alone.
 //
-// Life cycle (single request: generate_plain / generate_speculative; many:
-// the server):
+// Life cycle:
 //   while (!s.finished()) {
+//     s.set_prefill_chunk(n);          // optional while prefilling: chunked prefill
 //     s.draft();                       // drafter pass (no-op while prefilling / plain)
-//     s.set_verify_length(ell);        // optional: shorten the block (scheduler)
-//     ForwardSeq f = s.forward_input();// prompt (prefill) or [anchor, x_1..x_ell]
+//     s.set_verify_length(ell);        // optional: shorten the block (VerifyPolicy)
+//     ForwardSeq f = s.forward_input();// a prompt chunk or [anchor, x_1..x_ell]
 //     ... target.forward({f, ...}, s.taps()) ...
 //     s.consume(out);                  // accept / resample / emit / roll back
 //   }
 // Each round emits the accepted drafts plus one target token; output is
-// lossless (see speculative.hpp).
+// lossless (see speculative.hpp). Under SamplingRule::SeedStable the tokens
+// are the plain-sampled ones of the seed whatever the drafts and verify
+// lengths, so also whatever shares the batch.
 #pragma once
 
 #include <memory>
@@ -35,23 +38,34 @@ class SpecSession {
   SpecSession& operator=(SpecSession&&) noexcept;
 
   bool finished() const;
-  /// Runs the drafter for the coming round (no-op before prefill, for plain
-  /// decoding, or when the token budget leaves no room to draft).
+  /// True until the whole prompt has been through the target.
+  bool prefilling() const;
+  /// Prompt tokens already in the KV cache / still to prefill.
+  int64_t prefilled_tokens() const;
+  int64_t prefill_remaining() const;
+  /// Chunked prefill: the next forward_input() carries at most `n` prompt
+  /// tokens (clamped to [1, prefill_remaining()]; default: all of them).
+  /// Only the call with the prompt's last token produces logits.
+  void set_prefill_chunk(int64_t n);
+  /// Runs the drafter for the coming round (no-op while prefilling, for
+  /// plain decoding, or when the token budget leaves no room to draft). The
+  /// verify length is then the drafted length.
   void draft();
   /// Prepares a round without drafting: the next target call verifies the
   /// anchor only (a plain decoding step). Used when drafting cannot pay.
   void skip_draft();
   /// Raw confidence logits z_k of the current draft ([g], empty when none).
   const std::vector<float>& conf_logits() const;
-  /// Verify length after confidence pruning (0: verify the anchor only).
+  /// The current verify length (0: verify the anchor only): the drafted
+  /// length until set_verify_length() shortens it.
   int max_verify() const;
   /// Shortens the verify length to `ell` (clamped to [0, max_verify()]).
   void set_verify_length(int ell);
   /// The next target call for this sequence. Valid until consume().
   ForwardSeq forward_input();
-  /// Processes the target's output for forward_input(): prefill picks the
-  /// first token; a round accepts, resamples and emits tokens, then rolls the
-  /// KV cache back by the rejected count.
+  /// Processes the target's output for forward_input(): the last prefill
+  /// chunk picks the first token; a round accepts, resamples and emits
+  /// tokens, then rolls the KV cache back by the rejected count.
   void consume(const ForwardOut& out);
   /// Taps the target must return for this session (empty for plain).
   const TapRequest& taps() const;

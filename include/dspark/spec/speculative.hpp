@@ -10,10 +10,12 @@
 // Acceptance: greedy — x_k is accepted while it equals the target argmax;
 // sampling — x_k is accepted with probability min(1, p_k(x_k)/q_k(x_k)), at
 // the first rejection the correction is drawn from norm(max(0, p_k - q_k)),
-// and after a fully accepted block the bonus is drawn from p_{ℓ+1}. p and q
-// are the same processed distributions (temperature, top-k, top-p, min-p).
-// The output equals plain decoding token for token (greedy) and in
-// distribution (sampling).
+// and after a fully accepted block the bonus is drawn from p_{ℓ+1} (the
+// rejection rule); under SamplingRule::SeedStable x_k is accepted while it
+// equals the target's own Gumbel-max token of that position (sampling.hpp).
+// p and q are the same processed distributions (temperature, top-k, top-p,
+// min-p). The output equals plain decoding token for token (greedy and
+// seed-stable) and in distribution (rejection).
 #pragma once
 
 #include <functional>

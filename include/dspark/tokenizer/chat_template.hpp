@@ -33,6 +33,10 @@ class ChatTemplate {
   /// gives that text as default_system_prompt().
   static ChatTemplate from_gguf(const io::GGUFFile& file, const Tokenizer& tokenizer);
 
+  /// The same detection on the template text itself; `source` names its
+  /// origin in error messages.
+  static ChatTemplate from_text(const std::string& tmpl, const Tokenizer& tokenizer, const std::string& source);
+
   /// Token ids of the formatted conversation. Role markers are special tokens;
   /// message content is encoded with parse_special = false. When the template
   /// has a default system prompt and the first message is not a system

@@ -1,0 +1,35 @@
+// dspark/serve/outcome.hpp — how a served request ended, apart from the
+// engine so that the API layer (api.hpp) builds without a model.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "dspark/spec/stats.hpp"
+
+namespace dspark::serve {
+
+/// Why a request ended.
+enum class FinishReason {
+  Stop,       // an end-of-generation token or a stop string
+  Length,     // max_tokens reached, or the context is full
+  Cancelled,  // cancelled by the client or by shutdown
+  Error,      // an exception while decoding it (message in RequestOutcome::error)
+};
+
+/// "stop" | "length" | "cancelled" | "error".
+const char* to_string(FinishReason r);
+
+/// Everything known about a request once it has ended.
+struct RequestOutcome {
+  FinishReason reason = FinishReason::Length;
+  std::string error;            // Error / Cancelled: what happened
+  int64_t prompt_tokens = 0;
+  /// Tokens consumed: every emitted token up to and including the one that
+  /// completed a stop string (end-of-generation ids are not counted).
+  int64_t completion_tokens = 0;
+  GenerateStats stats;          // the session's figures (speculative ones when a drafter runs)
+  bool speculative = false;     // a drafter proposed tokens for this request
+};
+
+}  // namespace dspark::serve
