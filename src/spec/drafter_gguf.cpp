@@ -221,6 +221,9 @@ Drafter import_gguf(const std::string& path, const TargetInfo& t, InteropNotes& 
   c.vocab = w1.ne[1];
   if (!f.has("tokenizer.ggml.mask_token_id")) throw FormatError(path + ": missing metadata key 'tokenizer.ggml.mask_token_id'");
   const int64_t mask_row = f.get_int("tokenizer.ggml.mask_token_id");
+  if (mask_row < 0 || mask_row >= c.vocab)
+    throw FormatError(path + ": tokenizer.ggml.mask_token_id " + std::to_string(mask_row) +
+                      " is outside the vocabulary [0, " + std::to_string(c.vocab) + ")");
   const io::GGUFTensorInfo* embd = f.find_tensor("token_embd.weight");
   c.mask_token_id = embd ? -1 : static_cast<int>(mask_row);
   c.seq_head = SeqHead::Markov;

@@ -255,6 +255,9 @@ DrafterConfig config_from_hf(const json& j, const TargetInfo& t, const std::stri
                       "', the target is '" + t.id + "'");
   c.target_id = t.id;
   const int mask = get<int>(j, "mask_token_id", where);
+  if (mask < 0 || mask >= c.vocab)
+    throw FormatError(where + ": mask_token_id " + std::to_string(mask) + " is outside the vocabulary [0, " +
+                      std::to_string(c.vocab) + ")");
   c.mask_token_id = get_or<bool>(ds, "mask_embedding", true, dw) ? -1 : mask;
   if (ds.contains("sts")) {
     c.sts_thresholds = get_or<std::vector<double>>(ds.at("sts"), "thresholds", {}, dw);
