@@ -184,9 +184,12 @@ class Cli:
                    str(args.threads), "-c", "4096", *self.extra]
             if not self.extra:
                 cmd += ["-no-cnv", "--no-warmup"]
-            r = subprocess.run(cmd, capture_output=True, text=True)
-            (self.logdir / f"{self.name}-{i}.log").write_text(r.stderr)
-            if r.returncode != 0:
+            for attempt in range(3):  # a process that ends without its timings is run again
+                r = subprocess.run(cmd, capture_output=True, text=True)
+                (self.logdir / f"{self.name}-{i}.log").write_text(r.stderr)
+                if r.returncode == 0 and ("eval time" in r.stderr or "decoded" in r.stderr):
+                    break
+            else:
                 sys.exit(f"{tool} failed on prompt {i}: see {self.logdir / f'{self.name}-{i}.log'}")
             err = r.stderr
             if not self.extra:
