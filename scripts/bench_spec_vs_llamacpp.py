@@ -27,7 +27,7 @@ given temperature; llama.cpp's draft-dspark drafts greedily and verifies by
 exact match against the target's sample, dspark verifies with min(1, p/q).
 
 Usage:
-  scripts/bench_vs_llamacpp.py [--runs 3] [--out bench.json]
+  scripts/bench_spec_vs_llamacpp.py [--runs 3] [--out bench.json]
   (defaults: -m ~/.cache/dspark/models/SmolLM2-135M-Instruct.Q4_1.gguf,
    --drafter drafters/smollm2, --prompts ../shared/data/dev-prompts.jsonl,
    --gamma 7, --threads 2, -n 128, --temps 0,0.7,
