@@ -25,6 +25,8 @@ std::unique_ptr<Command> make_calibrate(CLI::App& app, CLI::App*& sub);
 std::unique_ptr<Command> make_profile(CLI::App& app, CLI::App*& sub);
 std::unique_ptr<Command> make_draft_vocab(CLI::App& app, CLI::App*& sub);
 std::unique_ptr<Command> make_perplexity(CLI::App& app, CLI::App*& sub);
+std::unique_ptr<Command> make_export(CLI::App& app, CLI::App*& sub);
+std::unique_ptr<Command> make_import(CLI::App& app, CLI::App*& sub);
 }  // namespace dspark::cli
 
 namespace {
@@ -59,7 +61,8 @@ int main(int argc, char** argv) {
     commands.emplace_back(g->app(), std::move(g));
     for (auto make : {dspark::cli::make_init_drafter, dspark::cli::make_bench, dspark::cli::make_regen,
                       dspark::cli::make_train, dspark::cli::make_calibrate, dspark::cli::make_profile,
-                      dspark::cli::make_draft_vocab, dspark::cli::make_perplexity,
+                      dspark::cli::make_draft_vocab, dspark::cli::make_perplexity, dspark::cli::make_export,
+                      dspark::cli::make_import,
                       dspark::cli::make_serve}) {
       CLI::App* sub = nullptr;
       auto c = make(app, sub);
