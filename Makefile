@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc)
 DSPARK := $(BUILD_DIR)/dspark
 PROMPTS ?= $(firstword $(wildcard ../shared/data/dev-prompts.jsonl) data/dev-prompts.jsonl)
 
-.PHONY: setup build cli test test-full fuzz demo bench clean
+.PHONY: setup build cli python test test-full fuzz demo bench clean
 
 setup:
 	@scripts/setup.sh
@@ -19,13 +19,20 @@ build: setup $(BUILD_DIR)/build.ninja
 cli: setup $(BUILD_DIR)/build.ninja
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target dspark
 
+# The Python package (`import dspark`), built in the same tree as the command:
+# only the extension module is compiled on top of `cli`.
+python: cli
+	scripts/pip_install_local.sh $(BUILD_DIR)
+
 # Per-test time limits: 20 minutes for the default slice; the exhaustive sweeps
 # (e.g. 20,000-sample chi-square tests, about 25 minutes each) get 90.
-test: build
+test: build python
 	cd $(BUILD_DIR) && ctest --output-on-failure -j 1 --timeout 1200
+	DSPARK=$(DSPARK) python3 -m pytest -q tests/python
 
-test-full: build
+test-full: build python
 	cd $(BUILD_DIR) && DSPARK_TEST_FULL=1 ctest --output-on-failure -j 1 --timeout 5400
+	DSPARK=$(DSPARK) python3 -m pytest -q tests/python
 
 # libFuzzer targets (clang) in build-fuzz, each for FUZZ_SECONDS, two at a
 # time; `make test` replays their committed corpora (fuzz_replay.* tests).
@@ -33,7 +40,7 @@ FUZZ_SECONDS ?= 60
 fuzz: setup
 	FUZZ_SECONDS=$(FUZZ_SECONDS) scripts/fuzz.sh
 
-demo: cli
+demo: cli python
 	$(DSPARK) generate -m smollm2 --chat -n 96 --temp 0 \
 	  -p "Explain in three sentences why the sky is blue."
 

@@ -24,12 +24,27 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# Python packages: pip_ensure MODULE SPEC installs SPEC unless MODULE imports
+# at SPEC's version.
+pip_ensure() {
+  local module="$1" spec="$2" want="${2##*==}"
+  local have
+  have="$(python3 -c "import importlib.metadata as m; print(m.version('${spec%%==*}'))" 2>/dev/null || true)"
+  if [ "$have" = "$want" ] && python3 -c "import $module" >/dev/null 2>&1; then return; fi
+  echo "setup: installing $spec (pip)" >&2
+  # Debian's python refuses system-wide pip installs unless told otherwise.
+  python3 -m pip install --quiet "$spec" 2>/dev/null ||
+    python3 -m pip install --quiet --break-system-packages "$spec"
+}
+
 # The official OpenAI Python client: the real client of the server tests.
 if ! python3 -c 'import openai' >/dev/null 2>&1; then
-  echo "setup: installing $OPENAI_PIP (pip)" >&2
-  # Debian's python refuses system-wide pip installs unless told otherwise.
-  python3 -m pip install --quiet "$OPENAI_PIP" 2>/dev/null ||
-    python3 -m pip install --quiet --break-system-packages "$OPENAI_PIP"
+  pip_ensure openai "$OPENAI_PIP"
 fi
+# The Python package: build backend and bindings (make python), plots and tests.
+pip_ensure scikit_build_core "$SCIKIT_BUILD_CORE_PIP"
+pip_ensure pybind11 "$PYBIND11_PIP"
+pip_ensure matplotlib "$MATPLOTLIB_PIP"
+pip_ensure pytest "$PYTEST_PIP"
 
 "$here/fetch_model.sh" smollm2

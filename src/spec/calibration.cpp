@@ -3,6 +3,8 @@
 #include "dspark/io/regular_file.hpp"
 #include "dspark/spec/calibration.hpp"
 
+#include <png.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -420,83 +422,28 @@ nlohmann::json sts_to_json(const StsReport& r, int bins) {
 
 // ---- PNG ------------------------------------------------------------------------------
 
-uint32_t crc32(const void* data, size_t n, uint32_t crc) {
-  static const auto table = [] {
-    std::array<uint32_t, 256> t{};
-    for (uint32_t i = 0; i < 256; ++i) {
-      uint32_t c = i;
-      for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-      t[i] = c;
-    }
-    return t;
-  }();
-  const auto* p = static_cast<const uint8_t*>(data);
-  crc = ~crc;
-  for (size_t i = 0; i < n; ++i) crc = table[(crc ^ p[i]) & 0xFF] ^ (crc >> 8);
-  return ~crc;
-}
-
-uint32_t adler32(const void* data, size_t n) {
-  const auto* p = static_cast<const uint8_t*>(data);
-  uint32_t a = 1, b = 0;
-  for (size_t i = 0; i < n; ++i) {
-    a = (a + p[i]) % 65521u;
-    b = (b + a) % 65521u;
-  }
-  return (b << 16) | a;
-}
-
-namespace {
-
-void put_be32(std::string& s, uint32_t v) {
-  for (int sh = 24; sh >= 0; sh -= 8) s.push_back(static_cast<char>((v >> sh) & 0xFF));
-}
-
-void put_chunk(std::string& out, const char* type, const std::string& data) {
-  put_be32(out, static_cast<uint32_t>(data.size()));
-  std::string body(type, 4);
-  body += data;
-  out += body;
-  put_be32(out, crc32(body.data(), body.size()));
-}
-
-}  // namespace
-
 std::string encode_png_rgb(int width, int height, const std::vector<uint8_t>& rgb) {
   if (width <= 0 || height <= 0) throw InvalidArgument("encode_png_rgb: width and height must be positive");
-  const size_t row = static_cast<size_t>(width) * 3;
-  if (rgb.size() != row * static_cast<size_t>(height))
+  if (rgb.size() != static_cast<size_t>(width) * 3 * static_cast<size_t>(height))
     throw InvalidArgument("encode_png_rgb: pixel buffer size does not match width * height * 3");
-  std::string raw;  // filter byte 0 (None) + row bytes, per row
-  raw.reserve((row + 1) * static_cast<size_t>(height));
-  for (int y = 0; y < height; ++y) {
-    raw.push_back('\0');
-    raw.append(reinterpret_cast<const char*>(rgb.data()) + y * row, row);
+  // libpng's simplified API: a first call sizes the buffer, the second fills it.
+  png_image img{};
+  img.version = PNG_IMAGE_VERSION;
+  img.width = static_cast<png_uint_32>(width);
+  img.height = static_cast<png_uint_32>(height);
+  img.format = PNG_FORMAT_RGB;
+  png_alloc_size_t size = 0;
+  std::string out;
+  if (png_image_write_to_memory(&img, nullptr, &size, 0, rgb.data(), 0, nullptr)) {
+    out.resize(size);
+    if (png_image_write_to_memory(&img, out.data(), &size, 0, rgb.data(), 0, nullptr)) {
+      out.resize(size);
+      return out;
+    }
   }
-  std::string z = {'\x78', '\x01'};  // zlib: deflate, 32K window, no dictionary
-  for (size_t off = 0; off < raw.size() || off == 0;) {
-    const size_t len = std::min<size_t>(65535, raw.size() - off);
-    const bool last = off + len == raw.size();
-    z.push_back(last ? '\x01' : '\x00');  // BFINAL, BTYPE = 00 (stored)
-    z.push_back(static_cast<char>(len & 0xFF));
-    z.push_back(static_cast<char>(len >> 8));
-    z.push_back(static_cast<char>(~len & 0xFF));
-    z.push_back(static_cast<char>((~len >> 8) & 0xFF));
-    z.append(raw, off, len);
-    off += len;
-    if (last) break;
-  }
-  put_be32(z, adler32(raw.data(), raw.size()));
-
-  std::string out = "\x89PNG\r\n\x1a\n";
-  std::string ihdr;
-  put_be32(ihdr, static_cast<uint32_t>(width));
-  put_be32(ihdr, static_cast<uint32_t>(height));
-  ihdr += std::string{'\x08', '\x02', '\x00', '\x00', '\x00'};  // 8-bit RGB, deflate, no filter, no interlace
-  put_chunk(out, "IHDR", ihdr);
-  put_chunk(out, "IDAT", z);
-  put_chunk(out, "IEND", "");
-  return out;
+  const std::string message = img.message;
+  png_image_free(&img);
+  throw Error("PNG encoding failed: " + message);
 }
 
 std::array<uint8_t, 3> reliability_color(int k) {

@@ -164,15 +164,8 @@ nlohmann::json sts_to_json(const StsReport& r, int bins);
 
 // ---- reliability diagrams ---------------------------------------------------------
 
-/// CRC-32 (IEEE 802.3, reflected, as PNG uses) of `data`, continuing from
-/// `crc` (0 for a fresh checksum).
-uint32_t crc32(const void* data, size_t n, uint32_t crc = 0);
-
-/// Adler-32 (zlib) of `data`.
-uint32_t adler32(const void* data, size_t n);
-
 /// Encodes an 8-bit RGB image ([height][width][3], row-major) as a PNG file
-/// (colour type 2, no filtering, zlib stream of stored deflate blocks).
+/// (colour type 2, 8 bits per channel) with libpng.
 /// Throws InvalidArgument when `rgb.size() != width * height * 3` or a side
 /// is not positive.
 std::string encode_png_rgb(int width, int height, const std::vector<uint8_t>& rgb);
