@@ -139,6 +139,8 @@ class Model:
     def _chat_ids(self, messages) -> list[int]:
         if not isinstance(messages, (list, tuple)):
             raise TypeError(f"messages must be a list of {{role, content}} dicts, got {type(messages).__name__}")
+        if not messages:
+            raise ValueError("'messages' must contain at least one message")
         pairs = []
         for m in messages:
             if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):

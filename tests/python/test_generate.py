@@ -123,6 +123,8 @@ def test_bad_arguments_raise_with_the_cpp_message(dspark_binary, plain_model):
         plain_model.generate("x", max_tokens=0)
     with pytest.raises(ValueError, match="role"):
         plain_model.create_chat_completion([{"role": "robot", "content": "hi"}])
+    with pytest.raises(ValueError, match="at least one message"):
+        plain_model.create_chat_completion([])
     with pytest.raises(ValueError, match="outside the vocabulary"):
         plain_model.detokenize([-1])
     with pytest.raises(TypeError):
