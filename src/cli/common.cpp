@@ -30,6 +30,11 @@ CLI::Validator integer_at_least(int64_t lo, const std::string& what) {
 
 }  // namespace
 
+void refuse_existing_drafter(const std::string& dir, bool force) {
+  if (!force && std::filesystem::exists(std::filesystem::path(dir) / "dspark.json"))
+    throw Error(dir + ": already holds a drafter (dspark.json); pass --force to replace it");
+}
+
 void prepare_output_file(const std::string& path, const std::string& option) {
   namespace fs = std::filesystem;
   const fs::path p(path);

@@ -37,6 +37,10 @@ CLI::Validator non_negative_integer();
 /// Throws dspark::Error naming `option` and the path.
 void prepare_output_file(const std::string& path, const std::string& option);
 
+/// Refuses to write a drafter into `dir` when it already holds one
+/// (dspark.json) unless `force`. Throws dspark::Error saying how to replace it.
+void refuse_existing_drafter(const std::string& dir, bool force);
+
 /// --temp --top-k --top-p --min-p --seed. Returns the --seed option (its
 /// count() tells whether a seed was named).
 CLI::Option* add_sampling_options(CLI::App& app, SamplingParams& p);

@@ -28,9 +28,7 @@ class ImportCommand : public Command {
   CLI::App* app() const { return app_; }
 
   int run() override {
-    namespace fs = std::filesystem;
-    if (!force_ && fs::exists(fs::path(out_) / "dspark.json"))
-      throw Error(out_ + ": already holds a drafter (dspark.json); pass --force to replace it");
+    refuse_existing_drafter(out_, force_);
     const DrafterFormat format = format_ == "auto" ? detect_drafter_format(from_) : parse_drafter_format(format_);
     auto target = load_target(model_.model, model_.compute_mode());
     InteropNotes notes;

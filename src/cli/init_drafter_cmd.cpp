@@ -30,9 +30,7 @@ class InitDrafterCommand : public Command {
   CLI::App* app() const { return app_; }
 
   int run() override {
-    namespace fs = std::filesystem;
-    if (!force_ && fs::exists(fs::path(out_) / "dspark.json"))
-      throw Error(out_ + ": already holds a drafter (dspark.json); pass --force to replace it");
+    refuse_existing_drafter(out_, force_);
     model_.apply_threads();
     auto target = load_target(model_.model, model_.compute_mode());
     cfg_.seq_head = parse_seq_head(head_);
