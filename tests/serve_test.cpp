@@ -566,9 +566,12 @@ class ServerProcess {
   ServerProcess(const std::vector<std::string>& args, const std::string& log) : log_(log) {
     std::vector<std::string> argv = {DSPARK_BINARY, "serve", "--port", "0", "--host", "127.0.0.1"};
     argv.insert(argv.end(), args.begin(), args.end());
+    // The log is emptied here, before the child exists: wait_ready must never
+    // read an earlier server's "listening on" line (and its port).
+    std::ofstream(log, std::ios::trunc).close();
     pid_ = ::fork();
     if (pid_ == 0) {
-      const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      const int fd = ::open(log.c_str(), O_WRONLY | O_APPEND);
       ::dup2(fd, 1);
       ::dup2(fd, 2);
       std::vector<char*> cargv;
@@ -643,7 +646,7 @@ class ServeOpenAI : public ::testing::Test {
   // Starts a server with `args`, runs the client checks of `suite`, stops
   // the server with SIGTERM and expects a clean exit.
   void run_suite(const std::vector<std::string>& args, const std::string& suite, const std::string& only = "") {
-    ServerProcess server(args, tmp_.file("server.log"));
+    ServerProcess server(args, tmp_.file("server" + std::to_string(servers_++) + ".log"));
     std::string why;
     const int port = server.wait_ready(why);
     ASSERT_GT(port, 0) << why;
@@ -666,6 +669,7 @@ class ServeOpenAI : public ::testing::Test {
   }
 
   test::TempDir tmp_;
+  int servers_ = 0;
 };
 
 TEST_F(ServeOpenAI, PlainDecoding) {
