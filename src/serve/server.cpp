@@ -130,6 +130,30 @@ struct Server::Impl {
     http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
       generate(req, res, Endpoint::ChatCompletions);
     });
+    // A POST's body framing is checked before the HTTP library reads the
+    // body: without this, a missing or unreadable Content-Length makes it
+    // wait for the read timeout (5 s) before refusing the request.
+    http.set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
+      if (req.method != "POST" || req.has_header("Transfer-Encoding"))
+        return httplib::Server::HandlerResponse::Unhandled;
+      const std::string length = req.get_header_value("Content-Length");
+      int status = 0;
+      std::string message;
+      if (length.empty()) {
+        status = 411;
+        message = "a POST needs a Content-Length header (the size of its JSON body in bytes)";
+      } else if (malformed_content_length(length)) {
+        status = 400;
+        message = "Content-Length: expected a non-negative integer, got '" + length + "'";
+      } else if (length.size() > 9 || std::stoull(length) > kMaxBody) {
+        status = 413;
+        message = "request body too large: Content-Length " + length + ", the limit is 64 MiB";
+      }
+      if (status == 0) return httplib::Server::HandlerResponse::Unhandled;
+      res.set_header("Connection", "close");  // the unread body must not be read as a request
+      send_error(res, status, message, "invalid_request_error");
+      return httplib::Server::HandlerResponse::Handled;
+    });
     http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
       if (!res.body.empty()) return;  // a handler already wrote an error body
       // A known path asked with another method: 405 with the allowed one.

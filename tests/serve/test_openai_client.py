@@ -362,21 +362,28 @@ def bad_requests_get_400_and_server_keeps_serving(ctx):
     status, headers, raw = ctx.raw("POST", "/v1/completions", big, content_type="application/x-www-form-urlencoded")
     assert status == 413 and headers.get("content-type", "").startswith("application/json"), (status, headers)
     assert "application/json" in json.loads(raw)["error"]["message"], raw
-    # A negative Content-Length is a malformed request (400), not a body too large.
-    with socket.create_connection((ctx.host, ctx.port), timeout=30) as sock:
-        sock.sendall(
-            b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            b"Content-Length: -5\r\nConnection: close\r\n\r\n{}"
-        )
-        reply = b""
-        while True:
-            part = sock.recv(65536)
-            if not part:
-                break
-            reply += part
-    head, _, body = reply.partition(b"\r\n\r\n")
-    assert head.startswith(b"HTTP/1.1 400"), reply[:300]
-    assert "Content-Length: expected a non-negative integer, got '-5'" in json.loads(body)["error"]["message"], body
+    # A POST whose Content-Length is missing, unreadable or over the limit is
+    # refused from its headers, at once (the HTTP library alone would wait
+    # for its 5 s read timeout), and the connection is closed.
+    for length, want_status, want_message in (
+        (b"-5", 400, "Content-Length: expected a non-negative integer, got '-5'"),
+        (b"abc", 400, "Content-Length: expected a non-negative integer, got 'abc'"),
+        (b"99999999999999999999", 413, "the limit is 64 MiB"),
+        (None, 411, "a POST needs a Content-Length header"),
+    ):
+        with socket.create_connection((ctx.host, ctx.port), timeout=4.5) as sock:
+            header = b"" if length is None else b"Content-Length: " + length + b"\r\n"
+            sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + header + b"\r\n{}")
+            reply = b""
+            while b"\r\n\r\n" not in reply or not reply.rstrip().endswith(b"}"):
+                part = sock.recv(65536)  # socket.timeout here: the reply waited for the body
+                if not part:
+                    break
+                reply += part
+        head, _, body = reply.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 %d" % want_status), (length, reply[:300])
+        assert b"connection: close" in head.lower(), (length, head)
+        assert want_message in json.loads(body)["error"]["message"], (length, body)
     # The official client surfaces them as BadRequestError.
     for kw in ({"max_tokens": 0}, {"temperature": -1}, {"max_tokens": 10**7}):
         try:
