@@ -103,12 +103,12 @@ class Server:
 
 
 @contextlib.contextmanager
-def server(model: Path, threads: int, ctx: int):
+def server(model: Path, threads: int, ctx: int, extra: list[str] = ()):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     cmd = [binary("llama-server"), "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
-           "-t", str(threads), "-tb", str(threads), "-c", str(ctx), "-np", "1", "--no-webui", "--log-disable"]
+           "-t", str(threads), "-tb", str(threads), "-c", str(ctx), "-np", "1", "--no-webui", "--log-disable", *extra]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     srv = Server(port)
     try:
