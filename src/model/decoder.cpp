@@ -10,6 +10,8 @@
 
 namespace dspark {
 
+thread_local DecoderModel::Scratch DecoderModel::buf_;
+
 Weights DecoderModel::load_weights(const DecoderConfig& config, std::vector<TensorSpec> family,
                                    ops::Compute compute) {
   info_ = config.info;

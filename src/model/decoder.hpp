@@ -56,10 +56,13 @@ class DecoderModel : public TargetModel {
 
   /// Activations a block works in, sized for the call's N rows before the
   /// first block: xn [N, max(d, H·hd, F)] (matmul inputs), wide
-  /// [N, max((H + 2·Hkv)·hd, 2F)] (q|k|v, gate|up), tmp [N, d].
+  /// [N, max((H + 2·Hkv)·hd, 2F)] (q|k|v, gate|up), tmp [N, d]. One per
+  /// thread: a model may run forward passes on several threads at once (the
+  /// serving engine's and its callers').
   struct Scratch {
     std::vector<float> xn, wide, tmp;
-  } buf_;
+  };
+  static thread_local Scratch buf_;
 
   /// Layer l's attention for every sequence: writes the new keys and values
   /// of `qkv` ([N, (H + 2 Hkv) · hd] rows of stride `ld`: q heads, k heads,
