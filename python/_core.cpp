@@ -104,7 +104,7 @@ class Model {
 
   /// The prompt ids of a conversation under the model's chat template.
   std::vector<TokenId> encode_chat(const std::vector<std::pair<std::string, std::string>>& messages) const {
-    if (!model_.chat) throw Error("this model declares no supported chat template");
+    if (!model_.chat) throw Error(model_.no_chat_reason + "; complete a raw prompt with generate() instead");
     std::vector<tok::ChatMessage> msgs;
     for (const auto& [role, content] : messages) msgs.push_back({role, content});
     return model_.chat->apply(msgs, true);

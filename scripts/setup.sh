@@ -48,3 +48,4 @@ pip_ensure matplotlib "$MATPLOTLIB_PIP"
 pip_ensure pytest "$PYTEST_PIP"
 
 "$here/fetch_model.sh" smollm2
+"$here/fetch_model.sh" gemma3

@@ -115,6 +115,31 @@ TEST_F(Cli, BenchReportsLosslessAggregate) {
   EXPECT_TRUE(j.at("prompts")[0].at("lossless").get<bool>());
 }
 
+// Gemma 3 (a base model: prompts as completions) with a random drafter, on a
+// short completion prompt and one longer than its 512-token sliding window.
+TEST_F(Cli, GemmaBenchIsLosslessPastTheSlidingWindow) {
+  DSPARK_REQUIRE_GEMMA();
+  const std::string dir = (tmp.path() / "drafter").string();
+  auto init = run_dspark("init-drafter -m gemma3 --out " + dir + " --gamma 4", tmp);
+  ASSERT_EQ(init.status, 0) << init.err;
+  std::ifstream in(DSPARK_SOURCE_DIR "/data/completion-prompts.jsonl");
+  const std::string prompts = (tmp.path() / "prompts.jsonl").string();
+  std::ofstream out(prompts);
+  int kept = 0;
+  for (std::string line; std::getline(in, line);) {
+    const auto id = nlohmann::json::parse(line).at("id").get<std::string>();
+    if (id == "cmp-000" || id == "cmp-long-003") out << line << '\n', ++kept;
+  }
+  out.close();
+  ASSERT_EQ(kept, 2);
+  auto r = run_dspark("bench -m gemma3 --drafter " + dir + " --prompts " + prompts + " -n 16 --temp 0 --json", tmp);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_TRUE(j.at("aggregate").at("lossless").get<bool>());
+  ASSERT_EQ(j.at("prompts").size(), 2u);
+  for (const auto& p : j.at("prompts")) EXPECT_TRUE(p.at("lossless").get<bool>()) << p.dump();
+}
+
 // ---- bad input ---------------------------------------------------------------
 
 TEST_F(Cli, MissingModelFile) {

@@ -1,13 +1,22 @@
-// Parity with llama.cpp on the real SmolLM2 model.
+// Parity with llama.cpp on the real models, one instance per family:
 //
-// tests/golden/llamacpp_greedy.json holds llama.cpp's greedy 32-token
-// continuations of the dev prompts (scripts/oracle/greedy_golden.mjs, CPU
-// build of node-llama-cpp on the same Q4_1 GGUF), with the prompt rendered by
-// the GGUF's own chat template. These tests check that
-//   * our chat template + tokenizer produce exactly llama.cpp's prompt tokens;
+//   SmolLM2 (Llama): tests/golden/llamacpp_greedy.json holds llama.cpp's
+//     greedy 32-token continuations of the dev prompts
+//     (scripts/oracle/greedy_golden.mjs, CPU build of node-llama-cpp on the
+//     same Q4_1 GGUF), with the prompt rendered by the GGUF's own chat template;
+//   Gemma 3 270M: tests/golden/llamacpp_gemma_greedy.json holds llama.cpp's
+//     greedy 32-token continuations of the completion prompts
+//     (scripts/oracle/gemma_greedy_golden.py: llama-server built from source
+//     on the same Q4_K_M GGUF), plain text with BOS (a base model), four of
+//     them longer than the 512-token sliding window.
+//
+// With the same thresholds for both, these tests check that
+//   * our chat template (or plain encoding) + tokenizer produce exactly
+//     llama.cpp's prompt tokens;
 //   * our greedy decoding follows llama.cpp's, and wherever it does not, the
 //     first divergence is a near-tie: our logit for our top-1 exceeds our
-//     logit for llama.cpp's token by less than kMaxDivergenceGap;
+//     logit for llama.cpp's token by less than kMaxDivergenceGap, or
+//     llama.cpp's own top two are a near-tie (kReferenceTie);
 //   * teacher-forced on llama.cpp's tokens, our argmax agrees with llama.cpp's
 //     next token at >= 97% of the positions.
 //
@@ -25,6 +34,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <map>
 #include <fstream>
 #include <memory>
 #include <optional>
@@ -36,6 +47,21 @@
 #include "test_util.hpp"
 
 namespace {
+
+// One model and its golden file.
+struct ParityCase {
+  const char* name;
+  const char* golden;            // under tests/golden/
+  std::string (*model_path)();
+  const char* model_file;
+  size_t n_prompts;
+  bool chat;                     // prompts rendered by the chat template
+};
+
+const ParityCase kCases[] = {
+    {"SmolLM2", "llamacpp_greedy.json", dspark::test::model_path, "SmolLM2-135M-Instruct.Q4_1.gguf", 40, true},
+    {"Gemma3", "llamacpp_gemma_greedy.json", dspark::test::gemma_model_path, "gemma-3-270m-q4_k_m.gguf", 20, false},
+};
 
 using dspark::TokenId;
 using nlohmann::json;
@@ -66,16 +92,33 @@ constexpr double kMinTeacherForcedAgreement = 0.97;
 // Median and p95 of |our - llama.cpp| top-1/top-2 logit gap (measured 0.10, 0.32).
 constexpr double kMaxMedianGapError = 0.2;
 constexpr double kMaxP95GapError = 0.5;
-// Prompts whose whole greedy continuation must equal llama.cpp's (measured
-// 17 of 40). The portable kernel path sums in another order, which can flip
-// the closest near-ties (two divergences have gaps of 0.005 logits or less).
-constexpr int kMinIdenticalPrompts = 15;
+// Share of prompts whose whole greedy continuation must equal llama.cpp's
+// (SmolLM2: measured 17 of 40, at least 15 required). The portable kernel path
+// sums in another order, which can flip the closest near-ties (two
+// divergences have gaps of 0.005 logits or less).
+constexpr double kMinIdenticalShare = 15.0 / 40.0;
 // Where we disagree with llama.cpp, our top-1 is its runner-up, or else a
 // third token within this many logits of its top-1 in our logits (a
 // three-way near-tie: llama.cpp's golden records only its top 2). Measured
 // with quantized compute (int8 activations, as llama.cpp): 2 of 31
 // teacher-forced disagreements, with our gaps 0.001 and 0.133.
 constexpr double kThreeWayTie = 0.2;
+// A first greedy divergence where llama.cpp's own top two tokens are within
+// this many logits of each other (its recorded probabilities), and our token
+// is its runner-up, is held to the teacher-forced bound instead of
+// kMaxDivergenceGap: our gap plus llama.cpp's must stay below
+// kMaxTeacherForcedGap. Reason: at such a position llama.cpp's choice is
+// decided by its own rounding (the tie is below the median arithmetic
+// difference between the engines; two llama.cpp builds split at such ties, one
+// of them with a gap of 0.87 on the other build's side, see
+// scripts/oracle/README.md), so its token carries no preference the stricter
+// greedy bound could hold us to.
+// What stays testable is what TeacherForcedArgmaxAgreement checks at every
+// position with the same prefix, which a first divergence is: ours is one of
+// llama.cpp's top two, and the engines' disagreement on that pair is within
+// the bound a defect would exceed. Measured: Gemma 3, one divergence with our
+// gap 0.545 where llama.cpp's is 0.006.
+constexpr double kReferenceTie = 0.05;
 
 struct GoldenPrompt {
   std::string id;
@@ -108,8 +151,8 @@ struct State {
   std::vector<std::optional<TeacherForced>> forced;
 };
 
-Golden read_golden() {
-  const std::string path = DSPARK_SOURCE_DIR "/tests/golden/llamacpp_greedy.json";
+Golden read_golden(const ParityCase& c) {
+  const std::string path = std::string(DSPARK_SOURCE_DIR "/tests/golden/") + c.golden;
   std::ifstream f(path);
   if (!f) throw std::runtime_error("cannot read " + path);
   Golden g;
@@ -137,32 +180,37 @@ Golden read_golden() {
   return g;
 }
 
-// One model load and one golden parse for every test of the suite.
-State& state() {
-  static State s = [] {
+// One model load and one golden parse per case for every test of the suite.
+State& state(const ParityCase& c) {
+  static std::map<std::string, State> states;
+  auto it = states.find(c.name);
+  if (it == states.end()) {
     State st;
-    st.model = std::make_unique<dspark::LoadedModel>(
-        dspark::LoadedModel::load(dspark::test::model_path()));
-    st.golden = read_golden();
+    st.model = std::make_unique<dspark::LoadedModel>(dspark::LoadedModel::load(c.model_path()));
+    st.golden = read_golden(c);
     st.forced.resize(st.golden.prompts.size());
-    return st;
-  }();
-  return s;
+    it = states.emplace(c.name, std::move(st)).first;
+  }
+  return it->second;
 }
 
 bool is_eog(const Golden& g, TokenId t) {
   return std::find(g.eog.begin(), g.eog.end(), t) != g.eog.end();
 }
 
-const TeacherForced& teacher_forced(size_t i) {
-  State& s = state();
+const TeacherForced& teacher_forced(State& s, size_t i) {
   if (!s.forced[i]) {
     const GoldenPrompt& p = s.golden.prompts[i];
     auto& target = *s.model->target;
-    std::vector<TokenId> seq = p.prompt_tokens;
-    // The last golden token is never an input: nothing is predicted after it.
+    // The prompt but its last token, then that token and the golden tokens with
+    // logits at every position (batch-invariant kernels: the same rows as one
+    // forward over everything). The last golden token is never an input:
+    // nothing is predicted after it.
+    const std::vector<TokenId> head(p.prompt_tokens.begin(), p.prompt_tokens.end() - 1);
+    std::vector<TokenId> seq = {p.prompt_tokens.back()};
     seq.insert(seq.end(), p.generated.begin(), p.generated.end() - 1);
-    auto cache = target.new_cache(static_cast<int64_t>(seq.size()));
+    auto cache = target.new_cache(static_cast<int64_t>(head.size() + seq.size()));
+    if (!head.empty()) target.forward_one(cache, head, dspark::Logits::None);
     const at::Tensor logits =
         target.forward_one(cache, seq, dspark::Logits::All).logits.contiguous();
     const int64_t V = logits.size(1);
@@ -176,9 +224,8 @@ const TeacherForced& teacher_forced(size_t i) {
       if (t < 0 || t >= V) throw std::runtime_error(p.id + ": golden token out of the vocabulary");
     }
     TeacherForced tf;
-    const size_t P = p.prompt_tokens.size();
     for (size_t k = 0; k < p.generated.size(); ++k) {
-      const float* row = base + static_cast<int64_t>(P - 1 + k) * V;
+      const float* row = base + static_cast<int64_t>(k) * V;
       const TokenId top = dspark::argmax(row, V);
       tf.top1.push_back(top);
       tf.gap_golden.push_back(static_cast<double>(row[top]) - row[p.generated[k]]);
@@ -202,27 +249,32 @@ double percentile(std::vector<double> v, double q) {
   return v[static_cast<size_t>(std::lround(q * static_cast<double>(v.size() - 1)))];
 }
 
-class LlamaCppParity : public ::testing::Test {
+class LlamaCppParity : public ::testing::TestWithParam<ParityCase> {
  protected:
   void SetUp() override {
-    DSPARK_REQUIRE_MODEL();
-    ASSERT_NO_THROW(state());
+    if (!std::filesystem::is_regular_file(GetParam().model_path()))
+      GTEST_FAIL() << "the model is missing: expected " << GetParam().model_path() << " (run make setup)";
+    ASSERT_NO_THROW(state(GetParam()));
   }
+  static State& st() { return state(GetParam()); }
 };
 
-TEST_F(LlamaCppParity, GoldenDescribesThisModelAndTemplate) {
-  const State& s = state();
+TEST_P(LlamaCppParity, GoldenDescribesThisModelAndTemplate) {
+  const State& s = st();
   const json& m = s.golden.meta;
-  EXPECT_EQ(m.at("model_file").get<std::string>(), "SmolLM2-135M-Instruct.Q4_1.gguf");
+  EXPECT_EQ(m.at("model_file").get<std::string>(), GetParam().model_file);
   EXPECT_EQ(m.at("max_new_tokens").get<int>(), 32);
-  ASSERT_EQ(s.golden.prompts.size(), 40u);
-  ASSERT_TRUE(s.model->chat.has_value());
-  // The golden's rendering of one user message equals ours, default system turn included.
-  EXPECT_EQ(m.at("template").get<std::string>(),
-            s.model->chat->render({{"user", "{prompt}"}}, true));
-  ASSERT_TRUE(s.model->chat->default_system_prompt().has_value());
-  EXPECT_NE(m.at("template").get<std::string>().find(*s.model->chat->default_system_prompt()),
-            std::string::npos);
+  ASSERT_EQ(s.golden.prompts.size(), GetParam().n_prompts);
+  if (GetParam().chat) {
+    ASSERT_TRUE(s.model->chat.has_value());
+    // The golden's rendering of one user message equals ours, default system turn included.
+    EXPECT_EQ(m.at("template").get<std::string>(), s.model->chat->render({{"user", "{prompt}"}}, true));
+    ASSERT_TRUE(s.model->chat->default_system_prompt().has_value());
+    EXPECT_NE(m.at("template").get<std::string>().find(*s.model->chat->default_system_prompt()),
+              std::string::npos);
+  } else {
+    EXPECT_FALSE(s.model->chat.has_value()) << "a base model declares no chat template";
+  }
   const auto eos = s.model->tokenizer->specials().eos;
   EXPECT_TRUE(is_eog(s.golden, eos)) << "eos " << eos << " is not among the golden eog_tokens";
   for (const auto& p : s.golden.prompts) {
@@ -237,20 +289,20 @@ TEST_F(LlamaCppParity, GoldenDescribesThisModelAndTemplate) {
   }
 }
 
-TEST_F(LlamaCppParity, ChatPromptTokensMatch) {
-  const State& s = state();
+TEST_P(LlamaCppParity, PromptTokensMatch) {
+  const State& s = st();
   int mismatches = 0;
   for (const auto& p : s.golden.prompts) {
-    const auto ours = s.model->encode_prompt(p.prompt, true);
-    EXPECT_EQ(ours, p.prompt_tokens) << p.id << ": chat prompt tokens differ from llama.cpp's";
+    const auto ours = s.model->encode_prompt(p.prompt, GetParam().chat);
+    EXPECT_EQ(ours, p.prompt_tokens) << p.id << ": prompt tokens differ from llama.cpp's";
     mismatches += ours != p.prompt_tokens;
   }
-  std::printf("[parity] chat prompt tokens: %zu/%zu prompts identical to llama.cpp\n",
+  std::printf("[parity] %s prompt tokens: %zu/%zu prompts identical to llama.cpp\n", GetParam().chat ? "chat" : "plain",
               s.golden.prompts.size() - static_cast<size_t>(mismatches), s.golden.prompts.size());
 }
 
-TEST_F(LlamaCppParity, GreedyDecodingDivergesOnlyAtNearTies) {
-  State& s = state();
+TEST_P(LlamaCppParity, GreedyDecodingDivergesOnlyAtNearTies) {
+  State& s = st();
   const Golden& g = s.golden;
   auto& target = *s.model->target;
   dspark::GenerateOptions opts;
@@ -266,7 +318,7 @@ TEST_F(LlamaCppParity, GreedyDecodingDivergesOnlyAtNearTies) {
     const GoldenPrompt& p = g.prompts[i];
     opts.ctx_size = static_cast<int64_t>(p.prompt_tokens.size()) + opts.n_predict + 1;
     const auto r = dspark::generate_plain(target, p.prompt_tokens, opts);
-    const TeacherForced& tf = teacher_forced(i);
+    const TeacherForced& tf = teacher_forced(s, i);
 
     // First position where our continuation (an end-of-generation id when we
     // stopped) leaves llama.cpp's. Golden positions always exist there: the
@@ -290,19 +342,29 @@ TEST_F(LlamaCppParity, GreedyDecodingDivergesOnlyAtNearTies) {
     }
 
     const double gap = tf.gap_golden[k];
-    max_gap = std::max(max_gap, gap);
-    EXPECT_LT(gap, kMaxDivergenceGap)
-        << p.id << " diverges at generated position " << k << ": ours " << tf.top1[k]
-        << ", llama.cpp " << p.generated[k] << ", our logit gap " << gap;
+    const auto reference_gap = llama_gap(p, k);
+    const bool reference_tie =
+        reference_gap && *reference_gap < kReferenceTie && p.top2[k].first == tf.top1[k];
+    if (reference_tie) {
+      EXPECT_LT(gap + *reference_gap, kMaxTeacherForcedGap)
+          << p.id << " diverges at generated position " << k << " (a near-tie for llama.cpp, gap "
+          << *reference_gap << "): ours " << tf.top1[k] << ", llama.cpp " << p.generated[k]
+          << ", our logit gap " << gap;
+    } else {
+      max_gap = std::max(max_gap, gap);
+      EXPECT_LT(gap, kMaxDivergenceGap)
+          << p.id << " diverges at generated position " << k << ": ours " << tf.top1[k]
+          << ", llama.cpp " << p.generated[k] << ", our logit gap " << gap;
+    }
     if (k < p.top2.size() && gap >= kThreeWayTie) {
       EXPECT_EQ(tf.top1[k], p.top2[k].first)
           << p.id << " position " << k << ": our top-1 is not llama.cpp's runner-up";
     }
     char theirs[64] = "n/a";
-    if (const auto lg = llama_gap(p, k)) {
+    if (reference_gap) {
       const bool ours_second = p.top2[k].first == tf.top1[k];
-      std::snprintf(theirs, sizeof theirs, "%.3f (ours is %s 2nd)", *lg,
-                    ours_second ? "its" : "not its");
+      std::snprintf(theirs, sizeof theirs, "%.3f (ours is %s 2nd)%s", *reference_gap,
+                    ours_second ? "its" : "not its", reference_tie ? ", its near-tie" : "");
     }
     char line[256];
     std::snprintf(line, sizeof line,
@@ -314,22 +376,22 @@ TEST_F(LlamaCppParity, GreedyDecodingDivergesOnlyAtNearTies) {
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("[parity] greedy %d/%zu prompts identical to llama.cpp %s (%s); "
-              "largest divergence gap %.3f logits (limit %.2f); %.1f s\n%s",
-              identical, g.prompts.size(), g.meta.value("node_llama_cpp_version", "?").c_str(),
+              "largest divergence gap %.3f logits (limit %.2f; llama.cpp's near-ties apart); %.1f s\n%s",
+              identical, g.prompts.size(), g.meta.value("node_llama_cpp_version", "").c_str(),
               g.meta.value("llama_cpp_build", "?").c_str(), max_gap, kMaxDivergenceGap, secs,
               report.c_str());
-  EXPECT_GE(identical, kMinIdenticalPrompts);
+  EXPECT_GE(identical, static_cast<int>(std::ceil(kMinIdenticalShare * static_cast<double>(g.prompts.size()))));
 }
 
-TEST_F(LlamaCppParity, TeacherForcedArgmaxAgreement) {
-  const State& s = state();
+TEST_P(LlamaCppParity, TeacherForcedArgmaxAgreement) {
+  State& s = st();
   const Golden& g = s.golden;
   size_t positions = 0, agree = 0, runner_up = 0;
   std::vector<double> gap_error;  // |our top-1/top-2 logit gap - llama.cpp's| on llama.cpp's pair
   double worst_disagreement = 0;
   for (size_t i = 0; i < g.prompts.size(); ++i) {
     const GoldenPrompt& p = g.prompts[i];
-    const TeacherForced& tf = teacher_forced(i);
+    const TeacherForced& tf = teacher_forced(s, i);
     for (size_t k = 0; k < p.generated.size(); ++k) {
       ++positions;
       if (tf.top1[k] == p.generated[k]) {
@@ -365,5 +427,8 @@ TEST_F(LlamaCppParity, TeacherForcedArgmaxAgreement) {
     EXPECT_LT(p95, kMaxP95GapError);
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Models, LlamaCppParity, ::testing::ValuesIn(kCases),
+                         [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

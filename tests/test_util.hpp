@@ -1,5 +1,5 @@
-// Shared test utilities: the real model's location, temporary directories and
-// tiny random Llama GGUF files built with the GGUF writer.
+// Shared test utilities: the real models' locations, temporary directories and
+// tiny random Llama and Gemma 3 GGUF files built with the GGUF writer.
 //
 // Header-only (the test binary is built from tests/*_test.cpp alone).
 #pragma once
@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -42,8 +43,8 @@ class ThreadCount {
   int saved_;
 };
 
-/// $DSPARK_HOME (default $HOME/.cache/dspark) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf".
-inline std::string model_path() {
+/// $DSPARK_HOME (default $HOME/.cache/dspark) + "/models/" + file.
+inline std::string models_file(const std::string& file) {
   std::string home;
   if (const char* h = std::getenv("DSPARK_HOME"); h && *h) {
     home = h;
@@ -51,8 +52,22 @@ inline std::string model_path() {
     const char* u = std::getenv("HOME");
     home = std::string(u && *u ? u : ".") + "/.cache/dspark";
   }
-  return home + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+  return home + "/models/" + file;
 }
+
+/// The real SmolLM2 file (alias smollm2).
+inline std::string model_path() { return models_file("SmolLM2-135M-Instruct.Q4_1.gguf"); }
+
+/// The real Gemma 3 270M file (alias gemma3).
+inline std::string gemma_model_path() { return models_file("gemma-3-270m-q4_k_m.gguf"); }
+
+/// Fails (never skips) the current test when the real Gemma model is missing.
+#define DSPARK_REQUIRE_GEMMA()                                                                      \
+  do {                                                                                              \
+    if (!std::filesystem::is_regular_file(::dspark::test::gemma_model_path()))                      \
+      FAIL() << "the Gemma 3 model is missing: expected " << ::dspark::test::gemma_model_path()     \
+             << " (run make setup)";                                                                \
+  } while (0)
 
 /// True when the real model file exists.
 inline bool model_available() { return std::filesystem::is_regular_file(model_path()); }
@@ -320,6 +335,37 @@ inline std::string encode_tensor(const std::vector<float>& values, int64_t cols,
   return out;
 }
 
+/// Adds a random tensor to `w`, stored as `type`: a matrix [rows, cols]
+/// ~ N(0, 1/cols), or a norm vector (is_norm, rows == 1) ~ 1 + N(0, 0.1²).
+inline void add_random_tensor(io::GGUFWriter& w, std::mt19937_64& rng, std::normal_distribution<float>& normal,
+                              const std::string& name, int64_t rows, int64_t cols, bool is_norm, io::GGMLType type) {
+  std::vector<float> v(static_cast<size_t>(rows * cols));
+  const float scale = is_norm ? 0.1f : 1.f / std::sqrt(static_cast<float>(cols));
+  for (float& x : v) x = (is_norm ? 1.f : 0.f) + scale * normal(rng);
+  std::vector<int64_t> ne = rows == 1 ? std::vector<int64_t>{cols} : std::vector<int64_t>{cols, rows};
+  w.add_tensor(name, static_cast<uint32_t>(type), ne, encode_tensor(v, cols, type, rng));
+}
+
+/// The `<arch>.*` geometry keys every decoder family's GGUF carries, and its name.
+struct TinyGeometry {
+  int64_t n_layers, context, hidden, ffn, n_heads, n_kv_heads;
+  float rms_eps, rope_base;
+};
+inline void set_geometry(io::GGUFWriter& w, const std::string& arch, const std::string& name, const TinyGeometry& g) {
+  namespace gg = io::gguf;
+  w.set("general.architecture", gg::string(arch));
+  w.set("general.name", gg::string(name));
+  w.set("general.alignment", gg::u32(32));
+  w.set(arch + ".block_count", gg::u32(static_cast<uint32_t>(g.n_layers)));
+  w.set(arch + ".context_length", gg::u32(static_cast<uint32_t>(g.context)));
+  w.set(arch + ".embedding_length", gg::u32(static_cast<uint32_t>(g.hidden)));
+  w.set(arch + ".feed_forward_length", gg::u32(static_cast<uint32_t>(g.ffn)));
+  w.set(arch + ".attention.head_count", gg::u32(static_cast<uint32_t>(g.n_heads)));
+  w.set(arch + ".attention.head_count_kv", gg::u32(static_cast<uint32_t>(g.n_kv_heads)));
+  w.set(arch + ".attention.layer_norm_rms_epsilon", gg::f32(g.rms_eps));
+  w.set(arch + ".rope.freq_base", gg::f32(g.rope_base));
+}
+
 /// The vocabulary described in TinyLlamaOptions.
 inline std::vector<std::string> tiny_vocab() {
   std::vector<std::string> v = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
@@ -338,17 +384,8 @@ inline io::GGUFWriter tiny_llama_writer(uint64_t seed, const TinyLlamaOptions& o
   namespace g = io::gguf;
   io::GGUFWriter w(o.version);
   const int64_t hd = o.hidden / o.n_heads;
-  w.set("general.architecture", g::string("llama"));
-  w.set("general.name", g::string("tiny-llama-" + std::to_string(seed)));
-  w.set("general.alignment", g::u32(32));
-  w.set("llama.block_count", g::u32(static_cast<uint32_t>(o.n_layers)));
-  w.set("llama.context_length", g::u32(static_cast<uint32_t>(o.context)));
-  w.set("llama.embedding_length", g::u32(static_cast<uint32_t>(o.hidden)));
-  w.set("llama.feed_forward_length", g::u32(static_cast<uint32_t>(o.ffn)));
-  w.set("llama.attention.head_count", g::u32(static_cast<uint32_t>(o.n_heads)));
-  w.set("llama.attention.head_count_kv", g::u32(static_cast<uint32_t>(o.n_kv_heads)));
-  w.set("llama.attention.layer_norm_rms_epsilon", g::f32(o.rms_eps));
-  w.set("llama.rope.freq_base", g::f32(o.rope_base));
+  set_geometry(w, "llama", "tiny-llama-" + std::to_string(seed),
+               {o.n_layers, o.context, o.hidden, o.ffn, o.n_heads, o.n_kv_heads, o.rms_eps, o.rope_base});
   w.set("llama.rope.dimension_count", g::u32(static_cast<uint32_t>(hd)));
   w.set("llama.vocab_size", g::u32(static_cast<uint32_t>(kTinyVocab)));
   w.set("general.file_type", g::u32(1));
@@ -370,13 +407,9 @@ inline io::GGUFWriter tiny_llama_writer(uint64_t seed, const TinyLlamaOptions& o
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.f, 1.f);
   auto add = [&](const std::string& name, int64_t rows, int64_t cols, bool is_norm) {
-    std::vector<float> v(static_cast<size_t>(rows * cols));
-    const float scale = is_norm ? 0.1f : 1.f / std::sqrt(static_cast<float>(cols));
-    for (float& x : v) x = (is_norm ? 1.f : 0.f) + scale * normal(rng);
     io::GGMLType type = is_norm ? io::GGMLType::F32 : o.weight_type;
     if (auto it = o.tensor_types.find(name); it != o.tensor_types.end()) type = it->second;
-    std::vector<int64_t> ne = rows == 1 ? std::vector<int64_t>{cols} : std::vector<int64_t>{cols, rows};
-    w.add_tensor(name, static_cast<uint32_t>(type), ne, encode_tensor(v, cols, type, rng));
+    add_random_tensor(w, rng, normal, name, rows, cols, is_norm, type);
   };
   const int64_t d = o.hidden, F = o.ffn;
   add("token_embd.weight", kTinyVocab, d, false);
@@ -400,6 +433,132 @@ inline io::GGUFWriter tiny_llama_writer(uint64_t seed, const TinyLlamaOptions& o
 /// Writes a tiny random Llama GGUF (see tiny_llama_writer) to `path`.
 inline void write_tiny_llama(const std::string& path, uint64_t seed, const TinyLlamaOptions& opts = {}) {
   tiny_llama_writer(seed, opts).write(path);
+}
+
+// ---- tiny SentencePiece vocabulary and tiny random Gemma 3 --------------------------
+
+/// A small SentencePiece vocabulary in Gemma's layout: 0 <pad>, 1 <eos>,
+/// 2 <bos>, 3 <unk>, 4 <start_of_turn>, 5 <end_of_turn> (control; <unk>
+/// unknown), 6 "\n" and 7 "\n\n" (user-defined, as in Gemma), 8..263 the
+/// byte-fallback tokens <0x00>..<0xFF> (byte b is id 8 + b), then the pieces
+/// of tiny_spm_pieces() with their scores.
+inline constexpr int32_t kTinySpmByteBase = 8;
+struct SpmPiece {
+  const char* text;
+  float score;
+};
+inline const std::vector<SpmPiece>& tiny_spm_pieces() {
+  static const std::vector<SpmPiece> p = {
+      {"\xE2\x96\x81", -1.f},  {"t", -2.f},     {"h", -2.f},        {"e", -2.f},      {"a", -2.f},
+      {"s", -2.f},             {"i", -2.f},     {"\xE2\x96\x81t", -3.f}, {"he", -4.f}, {"\xE2\x96\x81the", -5.f},
+      {"is", -6.f},            {"\xE2\x96\x81is", -7.f}, {"\xE2\x96\x81" "a", -8.f}, {"st", -9.f},
+      {"\xE2\x96\x81\xE2\x96\x81", -10.f}, {"\xC3\xA9", -11.f}};
+  return p;
+}
+inline int64_t tiny_spm_vocab_size() { return kTinySpmByteBase + 256 + static_cast<int64_t>(tiny_spm_pieces().size()); }
+
+/// Sets tokenizer.ggml.* for the tiny SentencePiece vocabulary (BOS added, no
+/// space prefix: Gemma's settings).
+inline void set_tiny_spm_tokenizer(io::GGUFWriter& w) {
+  namespace g = io::gguf;
+  std::vector<std::string> tokens = {"<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>", "\n", "\n\n"};
+  std::vector<int32_t> types = {3, 3, 3, 2, 3, 3, 4, 4};
+  std::vector<float> scores(tokens.size(), -1000.f);
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof name, "<0x%02X>", b);
+    tokens.push_back(name);
+    types.push_back(6);
+    scores.push_back(0.f);
+  }
+  for (const auto& piece : tiny_spm_pieces()) {
+    tokens.push_back(piece.text);
+    types.push_back(1);
+    scores.push_back(piece.score);
+  }
+  w.set("tokenizer.ggml.model", g::string("llama"));
+  w.set("tokenizer.ggml.pre", g::string("default"));
+  w.set("tokenizer.ggml.tokens", g::string_array(tokens));
+  w.set("tokenizer.ggml.scores", g::f32_array(scores));
+  w.set("tokenizer.ggml.token_type", g::i32_array(types));
+  w.set("tokenizer.ggml.bos_token_id", g::u32(2));
+  w.set("tokenizer.ggml.eos_token_id", g::u32(1));
+  w.set("tokenizer.ggml.unknown_token_id", g::u32(3));
+  w.set("tokenizer.ggml.padding_token_id", g::u32(0));
+  w.set("tokenizer.ggml.add_bos_token", g::boolean(true));
+  w.set("tokenizer.ggml.add_space_prefix", g::boolean(false));
+}
+
+/// Geometry of a tiny random Gemma 3: sliding-window layers (window `window`)
+/// with one global layer every `swa_period` (layers 2 and 5 of 6), and a key
+/// length different from hidden / heads, as in the real models.
+struct TinyGemmaOptions {
+  int64_t n_layers = 6;
+  int64_t hidden = 64;
+  int64_t n_heads = 2;
+  int64_t n_kv_heads = 1;
+  int64_t head_dim = 48;
+  int64_t ffn = 128;
+  int64_t context = 512;
+  int64_t window = 8;
+  int64_t swa_period = 3;
+  float rope_base = 1e6f;
+  float rms_eps = 1e-6f;
+  float softcap = 0.f;  // > 0: gemma3.final_logit_softcapping
+  io::GGMLType weight_type = io::GGMLType::BF16;
+  std::string chat_template;  // empty: none (a base model)
+  std::vector<std::string> skip_tensors;  // tensors left out (for error tests)
+};
+
+/// Builds a tiny random Gemma 3 GGUF in memory, metadata as llama.cpp's
+/// converter writes it (norm weights stored as 1 + w: ~ 1 + N(0, 0.1^2)),
+/// tied embedding, the tiny SentencePiece vocabulary.
+inline io::GGUFWriter tiny_gemma_writer(uint64_t seed, const TinyGemmaOptions& o = {}) {
+  namespace g = io::gguf;
+  io::GGUFWriter w(3);
+  set_geometry(w, "gemma3", "tiny-gemma-" + std::to_string(seed),
+               {o.n_layers, o.context, o.hidden, o.ffn, o.n_heads, o.n_kv_heads, o.rms_eps, o.rope_base});
+  w.set("gemma3.attention.key_length", g::u32(static_cast<uint32_t>(o.head_dim)));
+  w.set("gemma3.attention.value_length", g::u32(static_cast<uint32_t>(o.head_dim)));
+  w.set("gemma3.attention.sliding_window", g::u32(static_cast<uint32_t>(o.window)));
+  w.set("gemma3.attention.sliding_window_pattern", g::u32(static_cast<uint32_t>(o.swa_period)));
+  if (o.softcap > 0) w.set("gemma3.final_logit_softcapping", g::f32(o.softcap));
+  set_tiny_spm_tokenizer(w);
+  if (!o.chat_template.empty()) w.set("tokenizer.chat_template", g::string(o.chat_template));
+
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  io::GGUFWriter skipped(3);  // receives the tensors of skip_tensors
+  auto add = [&](const std::string& name, int64_t rows, int64_t cols, bool is_norm) {
+    const bool skip = std::find(o.skip_tensors.begin(), o.skip_tensors.end(), name) != o.skip_tensors.end();
+    add_random_tensor(skip ? skipped : w, rng, normal, name, rows, cols, is_norm,
+                      is_norm ? io::GGMLType::F32 : o.weight_type);
+  };
+  const int64_t d = o.hidden, F = o.ffn, hd = o.head_dim;
+  add("token_embd.weight", tiny_spm_vocab_size(), d, false);
+  add("output_norm.weight", 1, d, true);
+  for (int64_t l = 0; l < o.n_layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    add(p + "attn_norm.weight", 1, d, true);
+    add(p + "attn_q.weight", o.n_heads * hd, d, false);
+    add(p + "attn_k.weight", o.n_kv_heads * hd, d, false);
+    add(p + "attn_v.weight", o.n_kv_heads * hd, d, false);
+    add(p + "attn_q_norm.weight", 1, hd, true);
+    add(p + "attn_k_norm.weight", 1, hd, true);
+    add(p + "attn_output.weight", d, o.n_heads * hd, false);
+    add(p + "post_attention_norm.weight", 1, d, true);
+    add(p + "ffn_norm.weight", 1, d, true);
+    add(p + "ffn_gate.weight", F, d, false);
+    add(p + "ffn_up.weight", F, d, false);
+    add(p + "ffn_down.weight", d, F, false);
+    add(p + "post_ffw_norm.weight", 1, d, true);
+  }
+  return w;
+}
+
+/// Writes a tiny random Gemma 3 GGUF (see tiny_gemma_writer) to `path`.
+inline void write_tiny_gemma(const std::string& path, uint64_t seed, const TinyGemmaOptions& opts = {}) {
+  tiny_gemma_writer(seed, opts).write(path);
 }
 
 }  // namespace dspark::test

@@ -39,7 +39,7 @@ class BenchCommand : public Command {
     rule_.add(*app_, add_sampling_options(*app_, sampling_));
     app_->add_option("--runs", runs_, "repetitions (medians reported)")->check(CLI::Range(1, 100));
     app_->add_option("--limit", limit_, "use only the first N prompts (0 = all)")->check(non_negative_integer());
-    app_->add_flag("--raw", raw_, "do not apply the chat template");
+    app_->add_flag("--raw", raw_, "do not apply the chat template (models without one never do)");
     app_->add_flag("--json", json_, "print one JSON object");
   }
   CLI::App* app() const { return app_; }
@@ -67,12 +67,15 @@ class BenchCommand : public Command {
     std::vector<double> agg_plain, agg_spec, agg_prefill;
     GenerateStats total_spec;
     bool all_lossless = true;
+    // A base model has no chat template: its prompts are plain-text completions.
+    const bool chat = !raw_ && m.chat.has_value();
+    if (!raw_ && !chat) std::fprintf(stderr, "the model declares no chat template: prompts are plain completions\n");
     for (int run = 0; run < runs_; ++run) {
       double plain_tokens = 0, plain_s = 0, spec_tokens = 0, spec_s = 0, pre_tokens = 0, pre_s = 0;
       for (size_t i = 0; i < prompts.size(); ++i) {
         std::vector<TokenId> ids;
         try {
-          ids = m.encode_prompt(prompts[i].text, !raw_);
+          ids = m.encode_prompt(prompts[i].text, chat);
         } catch (const Error& e) {
           throw Error("prompt '" + prompts[i].id + "': " + e.what());
         }

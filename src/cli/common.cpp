@@ -54,7 +54,7 @@ CLI::Validator positive_integer() { return integer_at_least(1, "a positive integ
 CLI::Validator non_negative_integer() { return integer_at_least(0, "a non-negative integer"); }
 
 void ModelOptions::add(CLI::App& app) {
-  app.add_option("-m,--model", model, "GGUF model file or alias (smollm2)")->capture_default_str();
+  app.add_option("-m,--model", model, "GGUF model file or alias (smollm2, gemma3)")->capture_default_str();
   app.add_option("-t,--threads", threads, "CPU threads")->check(CLI::Range(1, 256))->capture_default_str();
   app.add_option("-c,--ctx-size", ctx_size, "context length in tokens (0 = the model's)")
       ->check(non_negative_integer());

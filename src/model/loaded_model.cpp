@@ -21,9 +21,14 @@ LoadedModel LoadedModel::load(const std::string& path_or_alias, ops::Compute com
   if (file.has("tokenizer.chat_template")) {
     try {
       m.chat.emplace(tok::ChatTemplate::from_gguf(file, *m.tokenizer));
-    } catch (const FormatError&) {
+    } catch (const FormatError& e) {
       // Unsupported template: raw prompts still work; --chat reports it.
+      m.no_chat_reason = e.what();
     }
+  } else {
+    m.no_chat_reason = file.path() +
+                       ": the model declares no chat template (tokenizer.chat_template is absent, as in a base "
+                       "model)";
   }
   const auto& sp = m.tokenizer->specials();
   for (TokenId id : {sp.eos, sp.eot, m.chat ? m.chat->end_of_turn() : TokenId{-1}}) {
@@ -35,11 +40,7 @@ LoadedModel LoadedModel::load(const std::string& path_or_alias, ops::Compute com
 
 std::vector<TokenId> LoadedModel::encode_prompt(const std::string& text, bool use_chat) const {
   if (use_chat) {
-    if (!chat) {
-      throw Error(target->info().path +
-                  ": the model declares no supported chat template (supported: ChatML); "
-                  "run without --chat");
-    }
+    if (!chat) throw Error(no_chat_reason + "; run without --chat for plain completion");
     return chat->apply({{"user", text}}, true);
   }
   std::vector<TokenId> ids;

@@ -7,7 +7,8 @@
 
 #include "dspark/error.hpp"
 #include "dspark/io/gguf.hpp"
-#include "llama.hpp"
+#include "dspark/ops/activations.hpp"
+#include "families.hpp"
 
 namespace dspark {
 
@@ -23,6 +24,18 @@ std::string dspark_home() {
 const std::map<std::string, std::string>& aliases() {
   static const std::map<std::string, std::string> m = {
       {"smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"},
+      {"gemma3", "gemma-3-270m-q4_k_m.gguf"},
+  };
+  return m;
+}
+
+using Factory = std::unique_ptr<TargetModel> (*)(std::shared_ptr<const io::GGUFFile>, ops::Compute);
+
+// general.architecture -> family (one file each under src/model/).
+const std::map<std::string, Factory>& families() {
+  static const std::map<std::string, Factory> m = {
+      {"llama", make_llama},
+      {"gemma3", make_gemma3},
   };
   return m;
 }
@@ -44,18 +57,42 @@ std::unique_ptr<TargetModel> load_target(const std::string& path_or_alias, ops::
   const std::string path = resolve_model_path(path_or_alias);
   auto file = std::make_shared<const io::GGUFFile>(path);
   const std::string arch = file->get_string("general.architecture");
-  if (arch == "llama") return make_llama(file, compute);
-  throw FormatError(path + ": unsupported architecture '" + arch + "' (supported: llama)");
+  if (auto it = families().find(arch); it != families().end()) return it->second(file, compute);
+  std::string known;
+  for (const auto& [name, make] : families()) known += (known.empty() ? "" : ", ") + name;
+  throw FormatError(path + ": unsupported architecture '" + arch + "' (supported: " + known + ")");
+}
+
+void TargetModel::embed(std::span<const TokenId> tokens, float* x) const {
+  const ops::Linear& table = embedding_table();
+  const int64_t d = table.cols();
+  const float scale = static_cast<float>(info().embed_scale);
+  for (size_t t = 0; t < tokens.size(); ++t) {
+    float* row = x + static_cast<int64_t>(t) * d;
+    table.row_f32(tokens[t], row);
+    if (scale != 1.f) ops::scale(row, d, scale);
+  }
+}
+
+void TargetModel::head_logits(const float* hidden, int64_t N, float* logits, const ops::Linear* rows) const {
+  const ops::Linear& W = rows ? *rows : head();
+  W.forward(hidden, N, logits, W.rows());
+  ops::softcap(logits, N * W.rows(), static_cast<float>(info().logit_softcap));
 }
 
 const at::Tensor& TargetModel::embedding() const {
-  std::call_once(embd_once_, [&] { embd_bf16_ = embedding_table().dequantized(at::kBFloat16); });
+  std::call_once(embd_once_, [&] {
+    const double scale = info().embed_scale;
+    embd_bf16_ = scale == 1.0 ? embedding_table().dequantized(at::kBFloat16)
+                              : embedding_table().dequantized(at::kFloat).mul_(scale).to(at::kBFloat16);
+  });
   return embd_bf16_;
 }
 
 const at::Tensor& TargetModel::lm_head() const {
   std::call_once(head_once_, [&] {
-    head_bf16_ = &head() == &embedding_table() ? embedding() : head().dequantized(at::kBFloat16);
+    const bool shared = &head() == &embedding_table() && info().embed_scale == 1.0;
+    head_bf16_ = shared ? embedding() : head().dequantized(at::kBFloat16);
   });
   return head_bf16_;
 }
@@ -72,7 +109,7 @@ KVCache TargetModel::new_cache(int64_t max_tokens) const {
   if (i.context > 0 && max_tokens > i.context)
     throw InvalidArgument("context length " + std::to_string(max_tokens) + " tokens (-c) exceeds the model's " +
                           std::to_string(i.context) + "-token context");
-  return KVCache(i.n_layers, i.n_kv_heads, i.head_dim, max_tokens > 0 ? max_tokens : i.context);
+  return KVCache(i.n_layers, i.n_kv_heads, i.head_dim, max_tokens > 0 ? max_tokens : i.context, i.layer_window);
 }
 
 }  // namespace dspark

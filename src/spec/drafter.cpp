@@ -20,18 +20,15 @@
 #include <cstring>
 
 #include "dspark/error.hpp"
+#include "dspark/ops/head_norm.hpp"
 #include "dspark/ops/kernels.hpp"
+#include "dspark/ops/rope.hpp"
 
 namespace dspark {
 
 namespace {
 
-std::vector<float> inv_freq(const DrafterConfig& c) {
-  std::vector<float> f(static_cast<size_t>(c.head_dim / 2));
-  for (size_t i = 0; i < f.size(); ++i)
-    f[i] = static_cast<float>(std::pow(c.rope_base, -2.0 * static_cast<double>(i) / c.head_dim));
-  return f;
-}
+std::vector<float> inv_freq(const DrafterConfig& c) { return ops::rope_inv_freq(c.rope_base, c.head_dim); }
 
 std::string L(int i, const char* name) { return "layers." + std::to_string(i) + "." + name; }
 
@@ -157,7 +154,7 @@ void Drafter::bind(const TargetModel& target) {
                           std::to_string(cfg_.vocab) + ") do not match the target (hidden " +
                           std::to_string(t.hidden) + ", vocab " + std::to_string(t.vocab) + ")");
   }
-  embed_ = target.embedding_table();
+  target_ = &target;
   vocab_ids_ = cfg_.draft_vocab;
   const std::vector<int64_t> rows(vocab_ids_.begin(), vocab_ids_.end());
   head_ = rows.empty() ? target.head() : target.head().gather_rows(rows);
@@ -194,8 +191,7 @@ namespace {
 
 // Per-head RMSNorm of rows [T, n_heads, hd] (row stride `stride` floats) in place.
 void head_norm(float* x, int64_t T, int64_t stride, int64_t n_heads, int64_t hd, const at::Tensor& w, double eps) {
-  for (int64_t t = 0; t < T; ++t)
-    ops::rmsnorm_f32(x + t * stride, w.data_ptr<float>(), n_heads, hd, static_cast<float>(eps), x + t * stride);
+  ops::head_rmsnorm(x, T, stride, n_heads, hd, w.data_ptr<float>(), static_cast<float>(eps));
 }
 
 // rows [T, Hkv*hd] at `src` (row stride `stride`) -> cache [Hkv, cap, hd] at positions p0..p0+T-1.
@@ -270,10 +266,11 @@ at::Tensor Drafter::block_hidden(const DraftState& st, TokenId anchor, int gamma
   std::vector<float> x(static_cast<size_t>(G * d)), tmp(x.size());
   std::vector<float> xn(static_cast<size_t>(G * std::max({d, H * hd, F})));
   std::vector<float> wide(static_cast<size_t>(G * std::max(Oqkv, 2 * F)));
-  // x = embed([anchor, MASK × (γ-1)])
-  embed_.row_f32(anchor, x.data());
+  // x = embed([anchor, MASK × (γ-1)]), as the target embeds tokens (its scale included)
+  target_->embed(std::span<const TokenId>(&anchor, 1), x.data());
   if (G > 1) {
-    if (cfg_.mask_token_id >= 0) embed_.row_f32(cfg_.mask_token_id, x.data() + d);
+    const TokenId mask = cfg_.mask_token_id;
+    if (mask >= 0) target_->embed(std::span<const TokenId>(&mask, 1), x.data() + d);
     else std::memcpy(x.data() + d, w("mask_embedding").data_ptr<float>(), sizeof(float) * d);
     for (int64_t k = 2; k < G; ++k) std::memcpy(x.data() + k * d, x.data() + d, sizeof(float) * d);
   }

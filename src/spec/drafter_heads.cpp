@@ -42,10 +42,10 @@ Draft Drafter::draft(const DraftState& st, TokenId anchor, int gamma,
     return vocab_ids_.empty() ? static_cast<TokenId>(row) : vocab_ids_[static_cast<size_t>(row)];
   };
   at::Tensor h = block_hidden(st, anchor, static_cast<int>(G));  // [γ, d]
-  // U = LMHead(h): [γ, V] in one pass over the (shared) LM head.
+  // U = LMHead(h): [γ, V] in one pass over the (shared) LM head, the target's softcap applied.
   const float* hp = h.data_ptr<float>();
   std::vector<float> U(static_cast<size_t>(G * V));
-  head_.forward(hp, G, U.data(), V);
+  target_->head_logits(hp, G, U.data(), &head_);
 
   const at::Tensor& W1 = w("markov_w1.weight");  // [V, r] bf16
   const float* cw = w("conf_proj.weight").data_ptr<float>();  // [1, d + r]

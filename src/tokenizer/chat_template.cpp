@@ -1,4 +1,4 @@
-// ChatML formatting driven by the GGUF's `tokenizer.chat_template`.
+// ChatML and Gemma formatting driven by the GGUF's `tokenizer.chat_template`.
 #include "dspark/tokenizer/chat_template.hpp"
 
 #include "dspark/error.hpp"
@@ -9,6 +9,24 @@ namespace {
 
 constexpr std::string_view kStart = "<|im_start|>";
 constexpr std::string_view kEnd = "<|im_end|>";
+constexpr std::string_view kGemmaStart = "<start_of_turn>";
+constexpr std::string_view kGemmaEnd = "<end_of_turn>";
+
+// Markers of each format, and the role its generation prompt opens.
+struct Markers {
+  std::string_view start, end, assistant;
+};
+Markers markers(ChatFormat f) {
+  return f == ChatFormat::Gemma ? Markers{kGemmaStart, kGemmaEnd, "model"} : Markers{kStart, kEnd, "assistant"};
+}
+
+// Jinja's `trim`: surrounding whitespace removed.
+std::string trim(const std::string& s) {
+  const char* ws = " \t\n\r\f\v";
+  const size_t b = s.find_first_not_of(ws);
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(ws) - b + 1);
+}
 
 // Reads the Jinja (Python-style) string literal whose opening quote is at
 // `open`; returns false when it is not terminated.
@@ -77,42 +95,75 @@ void check_roles(const std::vector<ChatMessage>& messages) {
 ChatTemplate ChatTemplate::from_gguf(const io::GGUFFile& file, const Tokenizer& tokenizer) {
   const std::string key = "tokenizer.chat_template";
   if (!file.has(key)) {
-    throw FormatError(file.path() + ": missing metadata key '" + key + "'; cannot format chat prompts");
+    throw FormatError(file.path() + ": missing metadata key '" + key +
+                      "': the model declares no chat template (a base model?); cannot format chat prompts");
   }
   return from_text(file.get_string(key), tokenizer, file.path());
 }
 
 ChatTemplate ChatTemplate::from_text(const std::string& tmpl, const Tokenizer& tokenizer, const std::string& source) {
-  if (tmpl.find(kStart) == std::string::npos) {
+  ChatFormat format;
+  if (tmpl.find(kStart) != std::string::npos) {
+    format = ChatFormat::ChatML;
+  } else if (tmpl.find(kGemmaStart) != std::string::npos) {
+    format = ChatFormat::Gemma;
+  } else {
     std::string head = tmpl.substr(0, 80);
     if (tmpl.size() > head.size()) head += "...";
-    throw FormatError(source + ": unsupported chat template (only ChatML, marked by '<|im_start|>', "
-                      "is supported): \"" + head + "\"");
+    throw FormatError(source + ": unsupported chat template (supported: ChatML, marked by '<|im_start|>', "
+                      "and Gemma, marked by '<start_of_turn>'): \"" + head + "\"");
   }
-  const auto start = tokenizer.find_token(kStart);
-  const auto end = tokenizer.find_token(kEnd);
+  const Markers mk = markers(format);
+  const auto start = tokenizer.find_token(mk.start);
+  const auto end = tokenizer.find_token(mk.end);
   if (!start || !end) {
-    throw FormatError(source + ": the chat template is ChatML but the vocabulary lacks '" +
-                      std::string(start ? kEnd : kStart) + "'");
+    throw FormatError(source + ": the chat template is " + (format == ChatFormat::Gemma ? "Gemma" : "ChatML") +
+                      " but the vocabulary lacks '" + std::string(start ? mk.end : mk.start) + "'");
   }
-  return ChatTemplate(tokenizer, ChatFormat::ChatML, *start, *end, find_default_system(tmpl));
+  return ChatTemplate(tokenizer, format, *start, *end,
+                      format == ChatFormat::ChatML ? find_default_system(tmpl) : std::nullopt);
+}
+
+std::vector<ChatTemplate::Turn> ChatTemplate::turns(const std::vector<ChatMessage>& messages) const {
+  check_roles(messages);
+  std::vector<Turn> out;
+  if (format_ == ChatFormat::ChatML) {
+    if (default_system_ && !messages.empty() && messages.front().role != "system")
+      out.push_back({"system", *default_system_});
+    for (const auto& m : messages) out.push_back({m.role, m.content});
+    return out;
+  }
+  // Gemma: a leading system message becomes a prefix of the first user turn.
+  size_t first = 0;
+  std::string prefix;
+  if (!messages.empty() && messages.front().role == "system") {
+    prefix = messages.front().content + "\n\n";
+    first = 1;
+  }
+  for (size_t i = first; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    const bool user_turn = (i - first) % 2 == 0;
+    if ((m.role == "user") != user_turn || m.role == "system")
+      throw InvalidArgument("chat message " + std::to_string(i) + " has role '" + m.role +
+                            "'; the Gemma template needs an optional system message first, then user and "
+                            "assistant messages alternating, starting with user");
+    out.push_back({m.role == "assistant" ? "model" : m.role, (i == first ? prefix : "") + trim(m.content)});
+  }
+  return out;
 }
 
 std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const {
-  check_roles(messages);
+  const Markers mk = markers(format_);
   std::string out;
-  auto turn = [&](const std::string& role, const std::string& content) {
-    out.append(kStart).append(role).append("\n").append(content).append(kEnd).append("\n");
-  };
-  if (default_system_ && !messages.empty() && messages.front().role != "system") turn("system", *default_system_);
-  for (const auto& m : messages) turn(m.role, m.content);
-  if (add_generation_prompt) out.append(kStart).append("assistant\n");
+  for (const auto& t : turns(messages))
+    out.append(mk.start).append(t.role).append("\n").append(t.content).append(mk.end).append("\n");
+  if (add_generation_prompt) out.append(mk.start).append(mk.assistant).append("\n");
   return out;
 }
 
 std::vector<TokenId> ChatTemplate::apply(const std::vector<ChatMessage>& messages,
                                          bool add_generation_prompt) const {
-  check_roles(messages);
+  const std::vector<Turn> ts = turns(messages);
   std::vector<TokenId> out;
   const SpecialIds& sp = tok_->specials();
   if (sp.add_bos && sp.bos >= 0) out.push_back(sp.bos);
@@ -120,17 +171,15 @@ std::vector<TokenId> ChatTemplate::apply(const std::vector<ChatMessage>& message
   const std::vector<TokenId> newline = tok_->encode("\n", false);
   // The text between two markers is encoded as one run, as a tokenizer that
   // splits the rendered string at special tokens would see it.
-  auto turn = [&](const std::string& role, const std::string& content) {
+  for (const auto& t : ts) {
     out.push_back(start_of_turn_);
-    append(tok_->encode(role + "\n" + content, false));
+    append(tok_->encode(t.role + "\n" + t.content, false));
     out.push_back(end_of_turn_);
     append(newline);
-  };
-  if (default_system_ && !messages.empty() && messages.front().role != "system") turn("system", *default_system_);
-  for (const auto& m : messages) turn(m.role, m.content);
+  }
   if (add_generation_prompt) {
     out.push_back(start_of_turn_);
-    append(tok_->encode("assistant\n", false));
+    append(tok_->encode(std::string(markers(format_).assistant) + "\n", false));
   }
   return out;
 }

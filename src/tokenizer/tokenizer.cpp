@@ -1,14 +1,18 @@
-// Byte-level BPE tokenizer built from GGUF `tokenizer.ggml.*` metadata.
+// Tokenizers built from GGUF `tokenizer.ggml.*` metadata: byte-level BPE
+// ("gpt2") and SentencePiece-style merging by scores ("llama").
 #include "dspark/tokenizer/tokenizer.hpp"
 
 #include <algorithm>
 #include <array>
+#include <cstdio>
+#include <optional>
 #include <unordered_map>
 #include <utility>
 
 #include "bpe.hpp"
 #include "dspark/error.hpp"
 #include "pretokenizer.hpp"
+#include "spm.hpp"
 #include "utf8.hpp"
 
 namespace dspark::tok {
@@ -16,6 +20,7 @@ namespace dspark::tok {
 using detail::BpeScratch;
 using detail::MergeTable;
 using detail::PreTokenizer;
+using detail::SpmModel;
 
 struct Tokenizer::Impl {
   std::vector<std::string> text;   // vocabulary strings (byte-mapped form)
@@ -23,10 +28,15 @@ struct Tokenizer::Impl {
   std::vector<TokenType> types;
   std::unordered_map<std::string_view, TokenId> index;  // views into `text`
   SpecialIds specials;
-  std::array<TokenId, 256> byte_id{};  // id of each byte's symbol, -1 if absent
-  MergeTable merges;
+  std::array<TokenId, 256> byte_id{};  // id of each byte's symbol (BPE) or <0xXX> token (SPM), -1 if absent
   std::string pre_name;
-  PreTokenizer pre;
+  // Byte-level BPE ("gpt2"):
+  MergeTable merges;
+  std::optional<PreTokenizer> pre;
+  // SentencePiece ("llama"):
+  std::optional<SpmModel> spm;
+  bool add_space_prefix = false;
+  std::vector<detail::SpecialText> spm_specials;  // longest first
 
   struct Special {
     std::string_view text;
@@ -34,8 +44,6 @@ struct Tokenizer::Impl {
   };
   std::vector<Special> special_tokens;       // longest first
   std::array<bool, 256> special_first{};     // bytes that can start one
-
-  explicit Impl(PreTokenizer p) : pre(std::move(p)) {}
 
   void check_id(TokenId id) const {
     if (id < 0 || static_cast<size_t>(id) >= text.size()) {
@@ -52,7 +60,7 @@ struct Tokenizer::Impl {
   void encode_plain(std::string_view s, Work& w, std::vector<TokenId>& out) const {
     if (s.empty()) return;
     w.pieces.clear();
-    pre.split(s, w.pieces);
+    pre->split(s, w.pieces);
     for (std::string_view piece : w.pieces) {
       auto& ids = w.bpe.ids;
       ids.clear();
@@ -61,6 +69,24 @@ struct Tokenizer::Impl {
       }
       detail::bpe_merge(merges, w.bpe, out);
     }
+  }
+
+  // llama.cpp's SPM path: special-token fragments, then each run of text
+  // escaped (and prefixed with a space after a special token or at the start
+  // when add_space_prefix) and merged by scores.
+  std::vector<TokenId> encode_spm(std::string_view text, bool parse_special) const {
+    std::vector<TokenId> out;
+    bool after_special = true;
+    for (const auto& f : detail::partition_special(text, spm_specials, parse_special)) {
+      if (f.token >= 0) {
+        out.push_back(f.token);
+        after_special = true;
+        continue;
+      }
+      spm->encode(detail::spm_escape(f.text, add_space_prefix && after_special), out);
+      after_special = false;
+    }
+    return out;
   }
 };
 
@@ -86,6 +112,24 @@ std::string token_to_bytes(const std::string& s, TokenType type) {
   return out;
 }
 
+// Bytes of a SentencePiece vocabulary entry: "▁" is a space, <0xXX> byte
+// tokens are their byte, control and user-defined tokens their text.
+std::string spm_token_bytes(const std::string& s, TokenType type) {
+  if (type == TokenType::Byte && s.size() == 6 && s.rfind("<0x", 0) == 0 && s[5] == '>')
+    return std::string(1, static_cast<char>(std::stoi(s.substr(3, 2), nullptr, 16)));
+  if (type != TokenType::Normal) return s;
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s.compare(i, 3, "\xE2\x96\x81") == 0) {
+      out += ' ';
+      i += 2;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
 TokenId special_id(const io::GGUFFile& f, const std::string& key, int64_t n_vocab) {
   const int64_t v = f.get_int_or(key, -1);
   if (v < -1 || v >= n_vocab) {
@@ -105,23 +149,23 @@ Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer Tokenizer::from_gguf(const io::GGUFFile& file) {
   const std::string& path = file.path();
   const std::string model = file.get_string("tokenizer.ggml.model");
-  if (model != "gpt2") {
+  if (model != "gpt2" && model != "llama") {
     throw FormatError(path + ": tokenizer.ggml.model is '" + model +
-                      "'; only 'gpt2' (byte-level BPE) is supported");
+                      "'; supported: 'gpt2' (byte-level BPE) and 'llama' (SentencePiece)");
   }
+  const bool spm = model == "llama";
   const std::string pre_name =
       file.has("tokenizer.ggml.pre") ? file.get_string("tokenizer.ggml.pre") : std::string("default");
-  PreTokenizer pre = [&] {
+  auto impl = std::make_unique<Impl>();
+  Impl& m = *impl;
+  m.pre_name = pre_name;
+  if (!spm) {
     try {
-      return PreTokenizer::for_name(pre_name);
+      m.pre.emplace(PreTokenizer::for_name(pre_name));
     } catch (const FormatError& e) {
       throw FormatError(path + ": " + e.what());
     }
-  }();
-
-  auto impl = std::make_unique<Impl>(std::move(pre));
-  Impl& m = *impl;
-  m.pre_name = pre_name;
+  }
   m.text = file.get_string_array("tokenizer.ggml.tokens");
   const int64_t n = static_cast<int64_t>(m.text.size());
   if (n == 0) throw FormatError(path + ": tokenizer.ggml.tokens is empty");
@@ -147,7 +191,43 @@ Tokenizer Tokenizer::from_gguf(const io::GGUFFile& file) {
   m.bytes.resize(m.text.size());
   for (size_t i = 0; i < m.text.size(); ++i) {
     m.index[m.text[i]] = static_cast<TokenId>(i);
-    m.bytes[i] = token_to_bytes(m.text[i], m.types[i]);
+    m.bytes[i] = spm ? spm_token_bytes(m.text[i], m.types[i]) : token_to_bytes(m.text[i], m.types[i]);
+  }
+
+  SpecialIds& sp = m.specials;
+  sp.bos = special_id(file, "tokenizer.ggml.bos_token_id", n);
+  sp.eos = special_id(file, "tokenizer.ggml.eos_token_id", n);
+  sp.eot = special_id(file, "tokenizer.ggml.eot_token_id", n);
+  if (sp.eot < 0) sp.eot = sp.eos;
+  sp.pad = special_id(file, "tokenizer.ggml.padding_token_id", n);
+  sp.unk = special_id(file, "tokenizer.ggml.unknown_token_id", n);
+  sp.add_bos = file.get_bool_or("tokenizer.ggml.add_bos_token", false);
+
+  for (size_t i = 0; i < m.text.size(); ++i) {
+    if ((m.types[i] == TokenType::Control || m.types[i] == TokenType::UserDefined) && !m.text[i].empty()) {
+      m.special_tokens.push_back({m.text[i], static_cast<TokenId>(i)});
+      m.special_first[static_cast<unsigned char>(m.text[i][0])] = true;
+    }
+  }
+  std::stable_sort(m.special_tokens.begin(), m.special_tokens.end(),
+                   [](const Impl::Special& a, const Impl::Special& b) { return a.text.size() > b.text.size(); });
+
+  if (spm) {
+    const std::vector<double> scores = file.get_float_array("tokenizer.ggml.scores");
+    if (scores.size() != m.text.size())
+      throw FormatError(path + ": tokenizer.ggml.scores has " + std::to_string(scores.size()) +
+                        " entries but tokenizer.ggml.tokens has " + std::to_string(n));
+    for (int b = 0; b < 256; ++b) {
+      char name[8];
+      std::snprintf(name, sizeof name, "<0x%02X>", b);
+      auto it = m.index.find(name);
+      m.byte_id[b] = it == m.index.end() ? -1 : it->second;
+    }
+    m.spm.emplace(m.index, std::vector<float>(scores.begin(), scores.end()), m.byte_id, sp.unk);
+    m.add_space_prefix = file.get_bool_or("tokenizer.ggml.add_space_prefix", true);
+    for (const auto& st : m.special_tokens)
+      m.spm_specials.push_back({st.text, st.id, m.types[static_cast<size_t>(st.id)] == TokenType::Control});
+    return Tokenizer(std::move(impl));
   }
 
   const auto& b2c = detail::byte_to_cp();
@@ -184,29 +264,12 @@ Tokenizer Tokenizer::from_gguf(const io::GGUFFile& file) {
     }
   }
 
-  SpecialIds& sp = m.specials;
-  sp.bos = special_id(file, "tokenizer.ggml.bos_token_id", n);
-  sp.eos = special_id(file, "tokenizer.ggml.eos_token_id", n);
-  sp.eot = special_id(file, "tokenizer.ggml.eot_token_id", n);
-  if (sp.eot < 0) sp.eot = sp.eos;
-  sp.pad = special_id(file, "tokenizer.ggml.padding_token_id", n);
-  sp.unk = special_id(file, "tokenizer.ggml.unknown_token_id", n);
-  sp.add_bos = file.get_bool_or("tokenizer.ggml.add_bos_token", false);
-
-  for (size_t i = 0; i < m.text.size(); ++i) {
-    if ((m.types[i] == TokenType::Control || m.types[i] == TokenType::UserDefined) && !m.text[i].empty()) {
-      m.special_tokens.push_back({m.text[i], static_cast<TokenId>(i)});
-      m.special_first[static_cast<unsigned char>(m.text[i][0])] = true;
-    }
-  }
-  std::stable_sort(m.special_tokens.begin(), m.special_tokens.end(),
-                   [](const Impl::Special& a, const Impl::Special& b) { return a.text.size() > b.text.size(); });
-
   return Tokenizer(std::move(impl));
 }
 
 std::vector<TokenId> Tokenizer::encode(std::string_view text, bool parse_special) const {
   const Impl& m = *impl_;
+  if (m.spm) return m.encode_spm(text, parse_special);
   std::vector<TokenId> out;
   out.reserve(text.size() / 3 + 4);
   Impl::Work w;

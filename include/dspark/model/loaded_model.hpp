@@ -17,6 +17,7 @@ struct LoadedModel {
   std::unique_ptr<TargetModel> target;
   std::unique_ptr<tok::Tokenizer> tokenizer;
   std::optional<tok::ChatTemplate> chat;  // absent when the GGUF declares none we support
+  std::string no_chat_reason;             // why `chat` is absent
   std::vector<TokenId> stop_ids;          // eos, eot and the chat end-of-turn, deduplicated
 
   /// Loads model, tokenizer and chat template from a GGUF path or alias.
@@ -27,7 +28,8 @@ struct LoadedModel {
   /// generation prompt (content tokenized with special-token parsing off);
   /// otherwise the raw text is tokenized with special tokens parsed (as
   /// llama.cpp does for -p) and BOS prepended when the model asks for it.
-  /// Throws dspark::Error when `chat` is requested but no template is known.
+  /// Throws dspark::Error when `chat` is requested but no template is known
+  /// (saying why: none declared, or one of an unsupported format).
   std::vector<TokenId> encode_prompt(const std::string& text, bool chat) const;
 };
 

@@ -38,7 +38,11 @@ struct TargetInfo {
   int64_t context = 0;     // trained context length (tokens)
   double rms_eps = 1e-5;
   double rope_base = 10000.0;
-  double logit_softcap = 0.0;  // 0 = none
+  double logit_softcap = 0.0;  // 0 = none; else logits <- cap * tanh(logits / cap)
+  double embed_scale = 1.0;    // token embeddings are multiplied by this (Gemma: sqrt(d))
+  /// [n_layers] keys each layer attends to: 0 = every earlier position, W = a
+  /// sliding window of the W most recent positions (itself included).
+  std::vector<int64_t> layer_window;
   std::string compute = "bf16";  // how matmuls run: "quant" (on the GGUF blocks) or "bf16"
 };
 
@@ -87,8 +91,18 @@ class TargetModel {
                          const TapRequest& taps = {});
 
   /// A new empty cache for this model holding up to `max_tokens` positions
-  /// (0 = the model's context length).
+  /// (0 = the model's context length), with the model's sliding windows.
   KVCache new_cache(int64_t max_tokens = 0) const;
+
+  /// The input of the first layer for `tokens`: x [T, d] fp32 = embedding
+  /// rows × info().embed_scale. What the forward pass and a drafter reading
+  /// the target's embeddings both use. Throws InvalidArgument for an id
+  /// outside [0, vocab).
+  void embed(std::span<const TokenId> tokens, float* x) const;
+  /// Logits of final-normed hidden states: logits [N, W.rows()] fp32 =
+  /// softcap(hidden [N, d] · Wᵀ) with W = head() or `rows`, a subset of its
+  /// rows (a draft vocabulary); the family's logit softcap applies.
+  void head_logits(const float* hidden, int64_t N, float* logits, const ops::Linear* rows = nullptr) const;
 
   /// Token embedding table [V, d] as the forward pass reads it (quantized
   /// blocks or bf16). Copies share the storage.
@@ -100,7 +114,9 @@ class TargetModel {
 
   /// The embedding table and LM head dequantized to bf16 [V, d] tensors, made
   /// on first use (training reads them through ATen; decoding does not need
-  /// them). Thread-safe.
+  /// them). Thread-safe. embedding() holds the rows as embed() gives them,
+  /// embed_scale included; lm_head() is the head() as stored (tied models
+  /// without an embedding scale share one tensor).
   const at::Tensor& embedding() const;
   const at::Tensor& lm_head() const;
 
@@ -109,15 +125,16 @@ class TargetModel {
   mutable at::Tensor embd_bf16_, head_bf16_;
 };
 
-/// Loads a target from a GGUF file (or a model alias such as "smollm2", see
-/// resolve_model_path). Dispatches on general.architecture. `compute`:
+/// Loads a target from a GGUF file (or a model alias such as "smollm2" or
+/// "gemma3", see resolve_model_path). Dispatches on general.architecture
+/// (supported: llama, gemma3). `compute`:
 /// Quant multiplies on the file's quantized blocks (tensors of other types
 /// are dequantized to bf16), BF16 dequantizes every matrix to bf16. Throws
 /// dspark::FormatError for an unsupported architecture or a broken file.
 std::unique_ptr<TargetModel> load_target(const std::string& path_or_alias,
                                          ops::Compute compute = ops::Compute::Quant);
 
-/// Resolves an alias ("smollm2") to its file under $DSPARK_HOME/models
+/// Resolves an alias ("smollm2", "gemma3") to its file under $DSPARK_HOME/models
 /// (default ~/.cache/dspark/models); other strings are returned unchanged.
 /// Throws dspark::Error when an alias's file is missing (says to run `make setup`).
 std::string resolve_model_path(const std::string& path_or_alias);

@@ -86,9 +86,11 @@ class Drafter : public DraftModel {
   /// The expected parameter names and shapes for `cfg` (the one registry).
   static std::vector<std::pair<std::string, std::vector<int64_t>>> param_spec(const DrafterConfig& cfg);
 
-  /// Binds the frozen shared tensors of the target (embedding, LM head, as
-  /// the target computes them: quantized or bf16) and prepares bf16 copies of
-  /// the drafter's matrices. Throws InvalidArgument on a dim mismatch.
+  /// Binds the target whose embedding and LM head the drafter shares (read
+  /// through TargetModel::embed and head_logits, so the family's embedding
+  /// scale and logit softcap apply, on the target's quantized or bf16
+  /// weights) and prepares bf16 copies of the drafter's matrices. The target
+  /// must outlive the drafter's use. Throws InvalidArgument on a dim mismatch.
   void bind(const TargetModel& target);
 
   int gamma() const override { return cfg_.gamma; }
@@ -119,7 +121,8 @@ class Drafter : public DraftModel {
   std::map<std::string, at::Tensor> params_;
   std::map<std::string, at::Tensor> infer_;   // vectors and the Markov embedding after bind()
   std::map<std::string, ops::Linear> lin_;    // matrices after bind()
-  ops::Linear embed_, head_;                  // target's, shared (head_: draft-vocab rows)
+  const TargetModel* target_ = nullptr;       // embedding and LM head (bind())
+  ops::Linear head_;                          // the target's LM head rows: all, or the draft vocabulary
   std::vector<TokenId> vocab_ids_;           // draft-vocab row -> token id (empty: identity)
   bool bound_ = false;
 };

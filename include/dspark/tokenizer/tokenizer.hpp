@@ -1,11 +1,14 @@
-// dspark/tokenizer/tokenizer.hpp — GPT-2-style byte-level BPE tokenizer built
-// from a GGUF file's `tokenizer.ggml.*` metadata.
+// dspark/tokenizer/tokenizer.hpp — tokenizers built from a GGUF file's
+// `tokenizer.ggml.*` metadata: GPT-2-style byte-level BPE (model "gpt2") and
+// SentencePiece-style merging by scores with byte fallback (model "llama":
+// Llama 1/2, Gemma).
 //
 // Source formats: GGUF tokenizer keys (ggml docs/gguf.md: tokenizer.ggml.model,
-// .pre, .tokens, .token_type, .merges, .bos_token_id, .eos_token_id,
-// .eot_token_id, .padding_token_id, .unknown_token_id, .add_bos_token), the
-// GPT-2 byte-to-unicode mapping, and the pre-tokenizer regexes of the model
-// families that llama.cpp names in `tokenizer.ggml.pre` (PCRE2, UTF mode).
+// .pre, .tokens, .token_type, .merges, .scores, .bos_token_id, .eos_token_id,
+// .eot_token_id, .padding_token_id, .unknown_token_id, .add_bos_token,
+// .add_space_prefix), the GPT-2 byte-to-unicode mapping, the pre-tokenizer
+// regexes of the model families that llama.cpp names in `tokenizer.ggml.pre`
+// (PCRE2, UTF mode), and llama.cpp's llm_tokenizer_spm.
 #pragma once
 
 #include <cstdint>
@@ -36,9 +39,9 @@ struct SpecialIds {
   bool add_bos = false;
 };
 
-/// Byte-level BPE tokenizer. Immutable after construction; thread-safe to use.
+/// A tokenizer. Immutable after construction; thread-safe to use.
 ///
-/// Encoding: optional special-token matching (see encode), then the
+/// Byte-level BPE ("gpt2"). Encoding: optional special-token matching (see encode), then the
 /// pre-tokenizer named by `tokenizer.ggml.pre` splits the text into pieces, each
 /// piece's bytes become byte symbols (GPT-2 byte-to-unicode mapping) and the
 /// ranked merges (`tokenizer.ggml.merges`, lowest rank first, leftmost first on
@@ -47,13 +50,23 @@ struct SpecialIds {
 /// a byte whose symbol is not in the vocabulary (SmolLM2 lacks 21 of the 256,
 /// e.g. 0x04 and the lead byte 0xF1) is dropped, so such text does not
 /// round-trip.
+///
+/// SentencePiece ("llama"), as llama.cpp tokenizes it: the text is split at
+/// literal special tokens — the longest token first, each at all its
+/// occurrences (user-defined tokens such as Gemma's "\n\n" or "<h1>" always;
+/// control tokens only when parse_special) — then each run of text has its
+/// spaces written as "▁" (with one leading "▁" at the start and after a special
+/// token when tokenizer.ggml.add_space_prefix, default true; Gemma: false)
+/// and merges by score (see detail::SpmModel); characters no merge covers
+/// become byte-fallback tokens <0xXX>. Decoding writes "▁" as a space and
+/// byte tokens as their byte.
 class Tokenizer {
  public:
   /// Builds from the GGUF metadata. Throws dspark::FormatError when the
-  /// tokenizer model is not "gpt2" (byte-level BPE), the pre-tokenizer name is
-  /// unknown, or the token/merge arrays are inconsistent (token_type length
-  /// differs from tokens, a merge whose parts or result are not in the
-  /// vocabulary, a special id outside the vocabulary).
+  /// tokenizer model is neither "gpt2" nor "llama", the pre-tokenizer name is
+  /// unknown (gpt2), or the token/merge/score arrays are inconsistent
+  /// (token_type or scores length differs from tokens, a merge whose parts or
+  /// result are not in the vocabulary, a special id outside the vocabulary).
   static Tokenizer from_gguf(const io::GGUFFile& file);
 
   ~Tokenizer();
@@ -62,9 +75,10 @@ class Tokenizer {
 
   /// Encodes UTF-8 `text` to ids. With `parse_special` true, control and
   /// user-defined tokens (e.g. "<|im_start|>") that appear literally in the
-  /// text are matched atomically (leftmost, then longest match) and the text
-  /// between them is encoded on its own; with false they are tokenized as
-  /// plain text. Never adds BOS (see add_bos in specials()). Bytes that are
+  /// text are matched atomically (BPE: leftmost, then longest match; SPM: see
+  /// the class comment) and the text between them is encoded on its own;
+  /// with false they are tokenized as plain text (SPM: user-defined tokens
+  /// still match). Never adds BOS (see add_bos in specials()). Bytes that are
   /// not valid UTF-8 are accepted and encoded byte by byte. Throws
   /// dspark::Error only if the regex engine hits a resource limit.
   std::vector<TokenId> encode(std::string_view text, bool parse_special) const;
@@ -74,8 +88,8 @@ class Tokenizer {
   /// for an id outside [0, vocab_size()).
   std::string decode(const std::vector<TokenId>& ids) const;
 
-  /// Raw bytes of one token (after undoing the GPT-2 byte mapping; control and
-  /// user-defined tokens give their text). Throws dspark::InvalidArgument for
+  /// Raw bytes of one token (after undoing the GPT-2 byte mapping or the
+  /// SentencePiece "▁"; control and user-defined tokens give their text). Throws dspark::InvalidArgument for
   /// an id outside [0, vocab_size()).
   const std::string& token_bytes(TokenId id) const;
 
