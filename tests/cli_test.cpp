@@ -143,7 +143,10 @@ TEST_F(Cli, GemmaBenchIsLosslessPastTheSlidingWindow) {
 // ---- bad input ---------------------------------------------------------------
 
 TEST_F(Cli, MissingModelFile) {
-  expect_one_line_error(run_dspark("generate -m /nonexistent/model.gguf -p hi", tmp), "cannot open");
+  expect_one_line_error(run_dspark("generate -m /nonexistent/model.gguf -p hi", tmp),
+                        "model '/nonexistent/model.gguf': no such file, and not a model alias (gemma3, smollm2)");
+  expect_one_line_error(run_dspark("generate -m smolm2 -p hi", tmp),
+                        "model 'smolm2': no such file, and not a model alias (gemma3, smollm2)");
 }
 
 TEST_F(Cli, NotAGgufFile) {

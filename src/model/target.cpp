@@ -44,7 +44,15 @@ const std::map<std::string, Factory>& families() {
 
 std::string resolve_model_path(const std::string& path_or_alias) {
   auto it = aliases().find(path_or_alias);
-  if (it == aliases().end()) return path_or_alias;
+  if (it == aliases().end()) {
+    std::error_code ec;
+    if (!std::filesystem::exists(path_or_alias, ec)) {
+      std::string names;
+      for (const auto& [name, file] : aliases()) names += (names.empty() ? "" : ", ") + name;
+      throw Error("model '" + path_or_alias + "': no such file, and not a model alias (" + names + ")");
+    }
+    return path_or_alias;
+  }
   const std::string path = dspark_home() + "/models/" + it->second;
   if (!std::filesystem::exists(path)) {
     throw Error("model '" + path_or_alias + "' is not installed: expected " + path +

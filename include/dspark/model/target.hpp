@@ -136,7 +136,8 @@ std::unique_ptr<TargetModel> load_target(const std::string& path_or_alias,
 
 /// Resolves an alias ("smollm2", "gemma3") to its file under $DSPARK_HOME/models
 /// (default ~/.cache/dspark/models); other strings are returned unchanged.
-/// Throws dspark::Error when an alias's file is missing (says to run `make setup`).
+/// Throws dspark::Error when an alias's file is missing (says to run `make setup`)
+/// or when the string is neither an existing path nor an alias (lists the aliases).
 std::string resolve_model_path(const std::string& path_or_alias);
 
 }  // namespace dspark
