@@ -3,7 +3,7 @@
 # same GGUF file, measured alternately in one run so that both see the same
 # machine load; prints the medians and their ratio.
 #
-#   scripts/bench_vs_llamacpp.sh [--runs 3] [--model smollm2|FILE] [--prompts FILE] [-n 128] [-t 2]
+#   scripts/bench_vs_llamacpp.sh [--runs 3] [--model smollm2|gemma3|FILE] [--prompts FILE] [-n 128] [-t 2]
 #
 # llama.cpp: `llama-bench -p 0 -n N -t T` (tg N, generation from an empty
 # context) from $LLAMACPP_DIR (default ~/.cache/llamacpp; build it with
@@ -20,7 +20,7 @@ while [ $# -gt 0 ]; do
     --prompts) prompts="$2"; shift 2 ;;
     -n) n="$2"; shift 2 ;;
     -t) threads="$2"; shift 2 ;;
-    *) echo "usage: $0 [--runs R] [--model smollm2|FILE] [--prompts FILE] [-n N] [-t T]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--runs R] [--model smollm2|gemma3|FILE] [--prompts FILE] [-n N] [-t T]" >&2; exit 2 ;;
   esac
 done
 dspark="${DSPARK:-$here/build/dspark}"
@@ -31,7 +31,8 @@ if [ ! -f "$file" ]; then
   source "$here/scripts/versions.env"
   case "$model" in
     smollm2) file="${DSPARK_HOME:-$HOME/.cache/dspark}/models/$SMOLLM2_GGUF" ;;
-    *) echo "unknown model '$model' (give a GGUF path)" >&2; exit 2 ;;
+    gemma3) file="${DSPARK_HOME:-$HOME/.cache/dspark}/models/$GEMMA3_GGUF" ;;
+    *) echo "unknown model '$model': expected smollm2, gemma3 or a GGUF path" >&2; exit 2 ;;
   esac
 fi
 have_llama=0; [ -x "$bin/llama-bench" ] && have_llama=1
