@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc)
 DSPARK := $(BUILD_DIR)/dspark
 PROMPTS ?= $(firstword $(wildcard ../shared/data/dev-prompts.jsonl) data/dev-prompts.jsonl)
 
-.PHONY: setup build cli python test test-full fuzz demo bench clean
+.PHONY: setup build cli python test test-full test-asan test-tsan fuzz demo bench clean
 
 setup:
 	@scripts/setup.sh
@@ -39,6 +39,14 @@ test-full: build python
 FUZZ_SECONDS ?= 60
 fuzz: setup
 	FUZZ_SECONDS=$(FUZZ_SECONDS) scripts/fuzz.sh
+
+# The suite under sanitizers (scripts/test_sanitized.sh): ASan + UBSan over
+# every test in build-asan; TSan over the server, engine and runner tests.
+test-asan: setup
+	scripts/test_sanitized.sh asan
+
+test-tsan: setup
+	scripts/test_sanitized.sh tsan
 
 demo: cli python
 	$(DSPARK) generate -m smollm2 --chat -n 96 --temp 0 \
