@@ -93,13 +93,7 @@ void attention_window(const float* q, int64_t q_stride, const float* K, const fl
       const float* Vg = V + g * cap * hd;
       if (fast) scores_avx512(qv, Kg, cap, j0, L, hd, scale, p.data());
       else scores_portable(qv, Kg, cap, j0, L, hd, scale, p.data());
-      float mx = -INFINITY;
-      for (int64_t j = 0; j < L; ++j) mx = std::max(mx, p[j]);
-      float sum = 0.f;
-      for (int64_t j = 0; j < L; ++j) {
-        p[j] = std::exp(p[j] - mx);
-        sum += p[j];
-      }
+      const float sum = simd::exp_shifted(p.data(), L);
       if (fast) pv_avx512(p.data(), Vg, cap, j0, L, hd, acc.data());
       else pv_portable(p.data(), Vg, cap, j0, L, hd, acc.data());
       const float inv = 1.f / sum;

@@ -434,13 +434,7 @@ void attention(const float* q, int64_t q_stride, const float* K, const float* V,
       } else {
         for (int64_t j = 0; j < L; ++j) p[j] = dot(qv, Kg + j * hd, hd) * scale;
       }
-      float mx = -INFINITY;
-      for (int64_t j = 0; j < L; ++j) mx = std::max(mx, p[j]);
-      float sum = 0.f;
-      for (int64_t j = 0; j < L; ++j) {
-        p[j] = std::exp(p[j] - mx);
-        sum += p[j];
-      }
+      const float sum = simd::exp_shifted(p.data(), L);
       if (fast) {
         pv_avx512(p.data(), Vg, L, hd, acc.data());
       } else {

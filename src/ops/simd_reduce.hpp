@@ -8,6 +8,10 @@
 // result does not depend on how many dot products shared a tile.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
 #pragma GCC diagnostic push
 // GCC 12's AVX-512 headers trip -Wuninitialized inside their own shuffle
 // intrinsics (the "undefined" pass-through operand); the code here is fine.
@@ -45,6 +49,19 @@ __attribute__((target("avx512f"))) inline __m512 reduce16(const __m512* v) {
     g[i] = _mm512_add_ps(_mm512_shuffle_ps(e[2 * i], e[2 * i + 1], 0x44),
                          _mm512_shuffle_ps(e[2 * i], e[2 * i + 1], 0xEE));
   return _mm512_add_ps(_mm512_shuffle_ps(g[0], g[1], 0x88), _mm512_shuffle_ps(g[0], g[1], 0xDD));
+}
+
+/// Softmax numerator of one attention row in place, in one fixed order:
+/// p[j] = exp(p[j] - max(p)) for j < L; returns their sum (sequential).
+inline float exp_shifted(float* p, int64_t L) {
+  float mx = -INFINITY;
+  for (int64_t j = 0; j < L; ++j) mx = std::max(mx, p[j]);
+  float sum = 0.f;
+  for (int64_t j = 0; j < L; ++j) {
+    p[j] = std::exp(p[j] - mx);
+    sum += p[j];
+  }
+  return sum;
 }
 
 /// Lane of reduce16's result that holds accumulator a.
