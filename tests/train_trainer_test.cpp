@@ -298,6 +298,57 @@ TEST(TrainTrainer, SplitSeedFixesTheHeldOutSetAcrossSeeds) {
   EXPECT_EQ(eval_of(1, 2), b);
 }
 
+// --eval-only: every sequence of a data set is held out, and its figures
+// equal those of the same sequence held out of a training run (all anchors
+// taken, so the anchor draw does not matter).
+TEST(TrainTrainer, EvalOnlyHoldsOutEverySequenceAndMatchesTheSplit) {
+  TinySetup s;
+  const auto seqs = random_sequences(60, 24, 5, s.target->info().vocab, 4);
+  const std::string data = s.dir.file("data");
+  write_dataset(data, s.target->info().id, seqs);
+  {
+    TrainConfig c0 = s.config(data, "");
+    DrafterConfig dc = c0.drafter;
+    dc.complete_from(s.target->info());
+    save_drafter(Drafter::init(dc, 3), s.dir.file("init"), /*bf16=*/false);
+  }
+  TrainConfig c = s.config(data, s.dir.file("out"));
+  c.init_drafter = s.dir.file("init");
+  c.eval_anchors_per_seq = 64;  // more than any sequence has: every anchor
+  Trainer split(c, *s.target);
+  ASSERT_EQ(split.eval_indices().size(), 1u);
+  const size_t held = split.eval_indices()[0];
+  const EvalStats want = split.evaluate();
+
+  const std::string one = s.dir.file("one");
+  write_dataset(one, s.target->info().id, {seqs[held]});
+  TrainConfig e = c;
+  e.data_dir = one;
+  e.out_dir = "";
+  e.eval_only = true;
+  e.eval_max_sequences = 0;
+  Trainer only(e, *s.target);
+  EXPECT_EQ(only.eval_indices(), std::vector<size_t>{0});
+  EXPECT_TRUE(only.train_indices().empty());
+  const EvalStats got = only.evaluate();
+  EXPECT_TRUE(got.held_out);
+  EXPECT_EQ(got.acceptance.anchors, want.acceptance.anchors);
+  EXPECT_EQ(got.acceptance.anchors, 24 - 5 - 1);  // supervised positions 5..23 with a next supervised token
+  EXPECT_DOUBLE_EQ(got.acceptance.mean_tau_greedy(), want.acceptance.mean_tau_greedy());
+  EXPECT_DOUBLE_EQ(got.loss, want.loss);
+  EXPECT_THROW(only.step(), InvalidArgument);
+  EXPECT_THROW(only.run(), InvalidArgument);
+  EXPECT_FALSE(fs::exists(s.dir.file("out")));
+
+  // Every sequence of the full set, or the first N with eval_max_sequences.
+  e.data_dir = data;
+  EXPECT_EQ(Trainer(e, *s.target).eval_indices().size(), 60u);
+  e.eval_max_sequences = 7;
+  EXPECT_EQ(Trainer(e, *s.target).eval_indices().size(), 7u);
+  e.init_drafter.clear();
+  EXPECT_THROW(Trainer(e, *s.target), InvalidArgument);  // nothing to evaluate
+}
+
 TEST(TrainTrainer, RunWritesCheckpointsExportAndMetrics) {
   TinySetup s;
   const std::string data = s.dir.file("data");

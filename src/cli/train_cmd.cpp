@@ -22,7 +22,7 @@ class TrainCommand : public Command {
     model_.add(*app_);
     auto& c = cfg_;
     app_->add_option("--data", c.data_dir, "data set directory (dspark regen --out)")->required();
-    app_->add_option("--out", c.out_dir, "output directory (drafter, checkpoints, metrics.jsonl)")->required();
+    out_opt_ = app_->add_option("--out", c.out_dir, "output directory (drafter, checkpoints, metrics.jsonl)");
     app_->add_option("--init", c.init_drafter, "start from this drafter directory (default: a fresh drafter)");
     app_->add_option("--head", head_, "sequential head of a fresh drafter: none, markov, gated, rnn, elman")
         ->capture_default_str();
@@ -73,6 +73,13 @@ class TrainCommand : public Command {
         ->check(non_negative_integer())
         ->capture_default_str();
     app_->add_flag("--resume", c.resume, "continue from OUT/checkpoints/latest.json");
+    app_->add_flag("--eval-only", c.eval_only,
+                   "evaluate the --init drafter on every sequence of --data (teacher-forced "
+                   "τ and loss; --eval-sequences caps them, default all) and exit; writes nothing");
+    app_->add_option("--eval-anchors", c.eval_anchors_per_seq, "anchors drawn from each evaluated sequence")
+        ->check(positive_integer())
+        ->capture_default_str();
+    eval_seq_opt_ = app_->get_option("--eval-sequences");
     app_->add_flag("-q,--quiet", quiet_, "no progress output");
   }
   CLI::App* app() const { return app_; }
@@ -84,6 +91,12 @@ class TrainCommand : public Command {
     cfg_.drafter.seq_head = parse_seq_head(head_);
     if (split_seed_) cfg_.split_seed = *split_seed_;
     if (quiet_) cfg_.progress = train::Progress::None;
+    if (cfg_.eval_only) {
+      if (cfg_.init_drafter.empty()) throw InvalidArgument("--eval-only needs --init DRAFTER (the drafter to evaluate)");
+      if (eval_seq_opt_->count() == 0) cfg_.eval_max_sequences = 0;  // all of them
+      return evaluate_only();
+    }
+    if (out_opt_->count() == 0) throw InvalidArgument("--out is required (the run's output directory)");
     cfg_.validate();
     model_.apply_threads();
     std::unique_ptr<TargetModel> target;
@@ -127,7 +140,26 @@ class TrainCommand : public Command {
     return skip == nullptr;
   }
 
+  // --eval-only: the proxy of docs/training.md, τ of a drafter teacher-forced
+  // on a data set (e.g. `regen` of prompts no run trained on).
+  int evaluate_only() {
+    cfg_.validate();
+    model_.apply_threads();
+    std::unique_ptr<TargetModel> target = load_target(model_.model, model_.compute_mode());
+    train::Trainer trainer(cfg_, *target);
+    const train::EvalStats ev = trainer.evaluate();
+    const auto& a = ev.acceptance;
+    std::printf("eval of %s on %s: %lld sequences, %lld anchors | loss %.4f | tau greedy %.3f | tau sample %.3f | acc",
+                cfg_.init_drafter.c_str(), cfg_.data_dir.c_str(), static_cast<long long>(ev.sequences),
+                static_cast<long long>(a.anchors), ev.loss, a.mean_tau_greedy(), a.mean_tau_sample());
+    for (double v : a.acceptance_by_position()) std::printf(" %.2f", v);
+    std::printf("\n");
+    return 0;
+  }
+
   CLI::App* app_;
+  CLI::Option* out_opt_ = nullptr;
+  CLI::Option* eval_seq_opt_ = nullptr;
   ModelOptions model_;
   train::TrainConfig cfg_;
   std::string head_ = "markov", precision_ = "bf16";

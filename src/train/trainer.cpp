@@ -109,7 +109,9 @@ void TrainConfig::validate() const {
     if (!ok) throw InvalidArgument("train config: " + what);
   };
   need(!data_dir.empty(), "a data directory is required");
-  need(!out_dir.empty(), "an output directory is required");
+  need(eval_only || !out_dir.empty(), "an output directory is required");
+  need(!eval_only || !init_drafter.empty(), "evaluation only needs a drafter to evaluate (init_drafter)");
+  need(!eval_only || !resume, "evaluation only does not resume a run");
   need(steps >= 1, "steps must be >= 1");
   need(batch >= 1, "batch must be >= 1");
   need(anchors_per_seq >= 1, "anchors_per_seq must be >= 1");
@@ -316,6 +318,20 @@ struct Trainer::Impl {
     const size_t n = data.sequences.size();
     std::vector<size_t> all(n);
     std::iota(all.begin(), all.end(), size_t{0});
+    auto no_anchor = [&](size_t i) { return eligible_anchors(mask(i)).empty(); };
+    if (cfg.eval_only) {
+      std::erase_if(all, no_anchor);
+      if (all.empty())
+        throw Error(cfg.data_dir + ": no sequence has an anchor to evaluate (two consecutive supervised "
+                    "tokens after position 0)");
+      if (cfg.eval_max_sequences > 0 && all.size() > static_cast<size_t>(cfg.eval_max_sequences))
+        all.resize(static_cast<size_t>(cfg.eval_max_sequences));
+      eval_idx = all;
+      train_idx.clear();
+      eval_held_out = true;
+      sample_eval_anchors();
+      return;
+    }
     std::mt19937_64 r(split_seed_of(cfg) ^ kSplitSalt);
     shuffle(all, r);
     size_t n_eval = n >= 2 ? static_cast<size_t>(std::floor(cfg.eval_fraction * static_cast<double>(n))) : 0;
@@ -325,7 +341,6 @@ struct Trainer::Impl {
     std::sort(eval_idx.begin(), eval_idx.end());
     std::sort(train_idx.begin(), train_idx.end());
     // Only sequences with at least one anchor take part.
-    auto no_anchor = [&](size_t i) { return eligible_anchors(mask(i)).empty(); };
     std::erase_if(train_idx, no_anchor);
     std::erase_if(eval_idx, no_anchor);
     if (train_idx.empty())
@@ -336,6 +351,10 @@ struct Trainer::Impl {
       const size_t k = std::min<size_t>(train_idx.size(), std::max(1, cfg.eval_max_sequences));
       eval_idx.assign(train_idx.begin(), train_idx.begin() + static_cast<std::ptrdiff_t>(k));
     }
+    sample_eval_anchors();
+  }
+
+  void sample_eval_anchors() {
     eval_anchors.clear();
     for (size_t i : eval_idx) {
       std::mt19937_64 r2(split_seed_of(cfg) ^ kEvalSalt ^ (static_cast<uint64_t>(i) * kEpochSalt));
@@ -514,6 +533,7 @@ const std::vector<size_t>& Trainer::eval_indices() const { return impl_->eval_id
 
 StepStats Trainer::step() {
   Impl& m = *impl_;
+  if (m.cfg.eval_only) throw InvalidArgument("train: a trainer made for evaluation only does not step");
   const auto t0 = Clock::now();
   StepStats st;
   st.lr = lr_at(m.cfg, m.step);
@@ -608,6 +628,7 @@ void Trainer::save_checkpoint() { impl_->save(); }
 EvalStats Trainer::run() {
   Impl& m = *impl_;
   const TrainConfig& c = m.cfg;
+  if (c.eval_only) throw InvalidArgument("train: a trainer made for evaluation only does not run; call evaluate()");
   Progress mode = c.progress;
   if (mode == Progress::Auto) mode = isatty(fileno(stderr)) ? Progress::Live : Progress::Lines;
   fs::create_directories(c.out_dir);

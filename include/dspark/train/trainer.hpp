@@ -102,6 +102,12 @@ struct TrainConfig {
   MatmulPrecision precision = MatmulPrecision::BFloat16;
   int keep_checkpoints = 2;    // step directories kept under checkpoints/
   bool resume = false;         // continue from OUT/checkpoints/latest.json
+  /// Evaluation only (`dspark train --eval-only`): every sequence of the data
+  /// set with an anchor is held out (up to eval_max_sequences; 0 = all), no
+  /// training split is needed, and out_dir may be empty. Used to measure a
+  /// drafter's teacher-forced τ on data no run trained on (the proxy of
+  /// docs/training.md). Requires init_drafter.
+  bool eval_only = false;
   Progress progress = Progress::Auto;
 
   /// Throws InvalidArgument naming the first field out of range.
