@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 FUZZ_DIR=${FUZZ_DIR:-build-fuzz}
 FUZZ_SECONDS=${FUZZ_SECONDS:-60}
 FUZZ_JOBS=${FUZZ_JOBS:-2}
-FUZZ_TARGETS=${FUZZ_TARGETS:-gguf safetensors drafter_config tokenizer chat_template http_request}
+FUZZ_TARGETS=${FUZZ_TARGETS:-gguf safetensors drafter_config tokenizer tokenizer_spm chat_template http_request}
 CXX=${FUZZ_CXX:-clang++}
 command -v "$CXX" >/dev/null || { echo "fuzz: $CXX not found (Debian: apt-get install -y clang)" >&2; exit 2; }
 

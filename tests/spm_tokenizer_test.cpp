@@ -72,6 +72,20 @@ TEST(SpmTokenizer, ByteFallbackAndDecoding) {
     EXPECT_EQ(t.decode(t.encode(text, false)), text) << text;
 }
 
+// Ill-formed UTF-8 falls back to bytes without swallowing the next
+// character: a stray lead byte before a space keeps the space's "▁" whole
+// (found by fuzzing: judged by the lead byte alone, E2 96 + "▁" became the
+// symbols E2 96 E2 | 96 | 81 and decoded as a literal "▁").
+TEST(SpmTokenizer, IllFormedUtf8KeepsTheNextCharacterWhole) {
+  Spm s;
+  const Tokenizer& t = *s.tok;
+  EXPECT_EQ(t.encode("a\xE2\x96 the", false), (Ids{268, B + 0xE2, B + 0x96, 273}));
+  EXPECT_EQ(t.encode("\xFF the", false), (Ids{B + 0xFF, 273}));
+  EXPECT_EQ(t.encode("\xC3 is", false), (Ids{B + 0xC3, 275})) << "truncated 2-byte sequence";
+  for (const std::string text : {"a\xE2\x96 the", "\xFF\xFE x", "\xF0\x9F the\xF0", "\x80\x80 is"})
+    EXPECT_EQ(t.decode(t.encode(text, false)), text);
+}
+
 TEST(SpmTokenizer, UserDefinedTokensAlwaysSplitControlOnlyWhenParsed) {
   Spm s;
   const Tokenizer& t = *s.tok;

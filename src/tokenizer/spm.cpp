@@ -4,15 +4,20 @@
 #include <algorithm>
 #include <queue>
 
+#include "utf8.hpp"
+
 namespace dspark::tok::detail {
 
 namespace {
 
-// Bytes of the UTF-8 character whose lead byte is c (llama.cpp's
-// unicode_len_utf8: by the high nibble; stray continuation bytes count as 1).
-size_t utf8_len(unsigned char c) {
-  static constexpr size_t lookup[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
-  return lookup[c >> 4];
+// Bytes of the symbol that starts at p: a well-formed UTF-8 character, or
+// the maximal ill-formed subpart (classify_utf8). Judging by the lead byte
+// alone would let a stray lead byte swallow the first bytes of the next
+// character, e.g. of the "▁" a space became, which then decoded as raw bytes.
+size_t symbol_len(const char* p, size_t n) {
+  size_t len = 1;
+  classify_utf8(reinterpret_cast<const unsigned char*>(p), n, len);
+  return std::max<size_t>(len, 1);
 }
 
 struct Symbol {
@@ -49,7 +54,7 @@ std::string spm_escape(std::string_view text, bool prefix_space) {
 void SpmModel::encode(std::string_view text, std::vector<int32_t>& out) const {
   std::vector<Symbol> sym;
   for (size_t off = 0; off < text.size();) {
-    const size_t n = std::min(utf8_len(static_cast<unsigned char>(text[off])), text.size() - off);
+    const size_t n = symbol_len(text.data() + off, text.size() - off);
     const int32_t i = static_cast<int32_t>(sym.size());
     sym.push_back({i - 1, i + 1, off, n});
     off += n;

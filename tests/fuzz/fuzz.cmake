@@ -11,7 +11,7 @@ set(DSPARK_FUZZ_SANITIZE -fsanitize=address,undefined -fno-sanitize-recover=unde
 # The readers every target may use (no tensor library).
 add_library(dspark_fuzz_core STATIC
   src/io/gguf.cpp src/io/atomic_file.cpp src/io/regular_file.cpp
-  src/tokenizer/bpe.cpp src/tokenizer/chat_template.cpp src/tokenizer/pretokenizer.cpp
+  src/tokenizer/bpe.cpp src/tokenizer/chat_template.cpp src/tokenizer/pretokenizer.cpp src/tokenizer/spm.cpp
   src/tokenizer/stream_decoder.cpp src/tokenizer/tokenizer.cpp src/tokenizer/utf8.cpp
   tests/fuzz/vocab.cpp)
 target_include_directories(dspark_fuzz_core PUBLIC ${CMAKE_SOURCE_DIR}/include)

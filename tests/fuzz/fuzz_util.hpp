@@ -33,12 +33,16 @@ inline void write_file(const std::string& path, std::string_view bytes) {
   std::ofstream(path, std::ios::binary | std::ios::trunc).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
-/// The SmolLM2 GGUF ($DSPARK_HOME, default ~/.cache/dspark, + /models/...).
-inline std::string model_path() {
+/// The real models whose tokenizers the targets drive: SmolLM2 (byte-level
+/// BPE) and Gemma 3 (SentencePiece), as `make setup` fetches them.
+enum class Model { SmolLM2, Gemma3 };
+
+/// The model's GGUF ($DSPARK_HOME, default ~/.cache/dspark, + /models/...).
+inline std::string model_path(Model m) {
   const char* h = std::getenv("DSPARK_HOME");
   const char* u = std::getenv("HOME");
   const std::string home = h && *h ? std::string(h) : std::string(u && *u ? u : ".") + "/.cache/dspark";
-  return home + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+  return home + (m == Model::SmolLM2 ? "/models/SmolLM2-135M-Instruct.Q4_1.gguf" : "/models/gemma-3-270m-q4_k_m.gguf");
 }
 
 /// The model's GGUF and tokenizer, loaded once; the process exits with a
@@ -47,7 +51,7 @@ struct Vocab {
   std::unique_ptr<io::GGUFFile> file;
   std::unique_ptr<tok::Tokenizer> tokenizer;
 };
-const Vocab& vocab();
+const Vocab& vocab(Model m = Model::SmolLM2);
 
 /// Exit status that replay_main and ctest read as "skipped".
 inline constexpr int kSkipStatus = 77;
