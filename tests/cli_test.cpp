@@ -240,6 +240,8 @@ TEST_F(Cli, JsonOutputEndingInsideACharacter) {
   EXPECT_EQ(j.at("tokens").size(), 32u);
   const std::string text = j.at("text").get<std::string>();
   EXPECT_NE(text.find("\xEF\xBF\xBD"), std::string::npos) << text;
+  EXPECT_TRUE(j.at("seed").is_null()) << "greedy decoding draws nothing";
+  EXPECT_TRUE(j.at("sampling_rule").is_null());
 }
 
 TEST_F(Cli, SeedGivesTheSameTokensWithAndWithoutADrafter) {

@@ -126,7 +126,7 @@ class BenchCommand : public Command {
                           {"runs", runs_},
                           {"n_predict", n_predict_},
                           {"temperature", sampling_.temperature},
-                          {"sampling_rule", to_string(sampling_.rule)},
+                          {"sampling_rule", sampling_.greedy() ? nlohmann::json() : nlohmann::json(to_string(sampling_.rule))},
                           {"threads", model_.threads},
                           {"plain_tok_s", median(agg_plain)},
                           {"prefill_tok_s", median(agg_prefill)},

@@ -75,8 +75,9 @@ int GenerateCommand::run() {
     nlohmann::json out = {{"text", m.tokenizer->decode(r.tokens)},
                           {"tokens", r.tokens},
                           {"finish_reason", finish},
-                          {"seed", sampling_.seed},
-                          {"sampling_rule", to_string(sampling_.rule)},
+                          // Greedy decoding draws nothing: no seed, no rule.
+                          {"seed", sampling_.greedy() ? nlohmann::json() : nlohmann::json(sampling_.seed)},
+                          {"sampling_rule", sampling_.greedy() ? nlohmann::json() : nlohmann::json(to_string(sampling_.rule))},
                           {"stats", stats_json(s)}};
     // The tokens may end inside a multi-byte character (the -n budget cut
     // it): such bytes are written as U+FFFD rather than failing the dump.
