@@ -1,7 +1,7 @@
 // Fuzz target: the GGUF reader on arbitrary file contents. Every input must
 // either load or throw dspark::Error; a loaded file's tensors must lie inside
 // the mapping.
-#include <cstdlib>
+#include <cstdint>
 
 #include "dspark/error.hpp"
 #include "fuzz_util.hpp"
@@ -22,7 +22,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       // Touch the first and last byte: ASan reports a view outside the map.
       if (t.n_bytes > 0) sum += t.data[0] + t.data[t.n_bytes - 1];
     }
-    if (sum == 1) std::abort();  // keeps the reads
+    asm volatile("" : : "g"(sum) : "memory");  // keeps the reads
   } catch (const Error&) {
   }
   return 0;
