@@ -29,6 +29,41 @@ Weights DecoderModel::load_weights(const DecoderConfig& config, std::vector<Tens
   return w;
 }
 
+DecoderModel::BlockWeights DecoderModel::load_block(const Weights& w, int64_t l, bool qk_norm) {
+  const std::string p = "blk." + std::to_string(l) + ".";
+  BlockWeights b;
+  b.attn_norm = w.vector(p + "attn_norm.weight");
+  if (qk_norm) {
+    b.q_norm = w.vector(p + "attn_q_norm.weight");
+    b.k_norm = w.vector(p + "attn_k_norm.weight");
+  }
+  b.wqkv = w.linear({p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"});
+  b.wo = w.linear({p + "attn_output.weight"});
+  b.ffn_norm = w.vector(p + "ffn_norm.weight");
+  b.wgu = w.linear({p + "ffn_gate.weight", p + "ffn_up.weight"});
+  b.wdown = w.linear({p + "ffn_down.weight"});
+  return b;
+}
+
+void DecoderModel::llama_block(int64_t l, const Rows& rows, float* x, const BlockWeights& L, float scale,
+                               const QKTransform& qk) const {
+  const auto [N, d, H, Hkv, hd, F, Oqkv, eps] = dims(rows);
+  float *xn = buf_.xn.data(), *wide = buf_.wide.data(), *tmp = buf_.tmp.data();
+  // Attention block.
+  ops::rmsnorm_f32(x, L.attn_norm.data_ptr<float>(), N, d, eps, xn);
+  L.wqkv.forward(xn, N, wide, Oqkv);
+  qk(wide, Oqkv);
+  attend(l, rows, wide, Oqkv, scale, xn);
+  L.wo.forward(xn, N, tmp, d);
+  ops::add_rows(x, tmp, N, d, d);
+  // MLP block.
+  ops::rmsnorm_f32(x, L.ffn_norm.data_ptr<float>(), N, d, eps, xn);
+  L.wgu.forward(xn, N, wide, 2 * F);
+  ops::silu_mul(wide, N, F, xn);
+  L.wdown.forward(xn, N, tmp, d);
+  ops::add_rows(x, tmp, N, d, d);
+}
+
 void DecoderModel::attend(int64_t l, const Rows& rows, const float* qkv, int64_t ld, float scale, float* out) const {
   const int64_t H = info_.n_heads, Hkv = info_.n_kv_heads, hd = info_.head_dim;
   for (size_t s = 0; s < rows.seqs.size(); ++s) {

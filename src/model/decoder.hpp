@@ -8,6 +8,7 @@
 
 #include <ATen/ATen.h>
 
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -69,6 +70,30 @@ class DecoderModel : public TargetModel {
   /// v heads, RoPE already applied) into the caches and attends causally —
   /// to every earlier position, or to the layer's sliding window. out: [N, H · hd].
   void attend(int64_t l, const Rows& rows, const float* qkv, int64_t ld, float scale, float* out) const;
+
+  /// The weights of a Llama-style block (block_tensors in weights.hpp).
+  struct BlockWeights {
+    at::Tensor attn_norm;       // [d] fp32
+    at::Tensor q_norm, k_norm;  // [hd] fp32 per-head norms; undefined in families without them
+    ops::Linear wqkv;           // [(H + 2*Hkv) * hd, d]: q rows, then k, then v
+    ops::Linear wo;             // [d, H * hd]
+    at::Tensor ffn_norm;        // [d] fp32
+    ops::Linear wgu;            // [2F, d]: gate rows, then up
+    ops::Linear wdown;          // [d, F]
+  };
+  /// Loads layer l's tensors of block_tensors(info_, qk_norm) from `w`.
+  static BlockWeights load_block(const Weights& w, int64_t l, bool qk_norm);
+
+  /// What a family does to q and k between the projection and attention
+  /// (RoPE, per-head norms): qkv is [N, (H + 2 Hkv) · hd] of row stride ld.
+  using QKTransform = std::function<void(float* qkv, int64_t ld)>;
+
+  /// A Llama-style block on the residual stream x [N, d] fp32, in place:
+  /// x += W_o · attention(qk(W_qkv · RMSNorm(x))) with attention scale
+  /// `scale`, then x += W_down · (silu(W_gate h) ⊙ W_up h), h = RMSNorm(x).
+  /// Uses `buf_`.
+  void llama_block(int64_t l, const Rows& rows, float* x, const BlockWeights& L, float scale,
+                   const QKTransform& qk) const;
 
   /// Takes the parsed config (info_, rot_dim_), checks the family's tensor
   /// registry together with the shared tensors — token_embd [V, d],

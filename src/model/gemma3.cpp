@@ -77,30 +77,13 @@ Gemma3Config parse_gemma3_config(const io::GGUFFile& f) {
 }
 
 std::vector<TensorSpec> gemma3_tensors(const TargetInfo& i) {
-  const int64_t d = i.hidden, hd = i.head_dim, q = i.n_heads * hd, kv = i.n_kv_heads * hd, F = i.ffn;
-  std::vector<TensorSpec> s;
+  std::vector<TensorSpec> s = block_tensors(i, true);
   for (int64_t l = 0; l < i.n_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
-    s.insert(s.end(), {{p + "attn_norm.weight", {d}},          {p + "attn_q.weight", {q, d}},
-                       {p + "attn_k.weight", {kv, d}},         {p + "attn_v.weight", {kv, d}},
-                       {p + "attn_q_norm.weight", {hd}},       {p + "attn_k_norm.weight", {hd}},
-                       {p + "attn_output.weight", {d, q}},     {p + "post_attention_norm.weight", {d}},
-                       {p + "ffn_norm.weight", {d}},           {p + "ffn_gate.weight", {F, d}},
-                       {p + "ffn_up.weight", {F, d}},          {p + "ffn_down.weight", {d, F}},
-                       {p + "post_ffw_norm.weight", {d}}});
+    s.insert(s.end(), {{p + "post_attention_norm.weight", {i.hidden}}, {p + "post_ffw_norm.weight", {i.hidden}}});
   }
   return s;
 }
-
-struct Gemma3Layer {
-  at::Tensor attn_norm, q_norm, k_norm;  // [d], [hd], [hd] fp32
-  ops::Linear wqkv;                      // [(H + 2*Hkv) * hd, d]: q rows, then k, then v
-  ops::Linear wo;                        // [d, H * hd]
-  at::Tensor post_attn_norm, ffn_norm;   // [d]
-  ops::Linear wgu;                       // [2F, d]: gate rows, then up
-  ops::Linear wdown;                     // [d, F]
-  at::Tensor post_ffn_norm;              // [d]
-};
 
 class Gemma3Model final : public DecoderModel {
  public:
@@ -112,19 +95,16 @@ class Gemma3Model final : public DecoderModel {
     local_freq_ = ops::rope_inv_freq(c.local_rope_base, rot_dim_);
     for (int64_t l = 0; l < info_.n_layers; ++l) {
       const std::string p = "blk." + std::to_string(l) + ".";
-      layers_.push_back({w.vector(p + "attn_norm.weight"), w.vector(p + "attn_q_norm.weight"),
-                         w.vector(p + "attn_k_norm.weight"),
-                         w.linear({p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"}),
-                         w.linear({p + "attn_output.weight"}), w.vector(p + "post_attention_norm.weight"),
-                         w.vector(p + "ffn_norm.weight"), w.linear({p + "ffn_gate.weight", p + "ffn_up.weight"}),
-                         w.linear({p + "ffn_down.weight"}), w.vector(p + "post_ffw_norm.weight")});
+      layers_.push_back(
+          {load_block(w, l, true), w.vector(p + "post_attention_norm.weight"), w.vector(p + "post_ffw_norm.weight")});
     }
   }
 
  private:
   void block(int64_t l, const Rows& rows, float* x) override {
     const auto [N, d, H, Hkv, hd, F, Oqkv, eps] = dims(rows);
-    const auto& L = layers_[static_cast<size_t>(l)];
+    const Layer& layer = layers_[static_cast<size_t>(l)];
+    const BlockWeights& L = layer.b;
     const float* freq = info_.layer_window[static_cast<size_t>(l)] > 0 ? local_freq_.data() : global_freq_.data();
     float *xn = buf_.xn.data(), *wide = buf_.wide.data(), *tmp = buf_.tmp.data();
     // Attention block: x += post_attn_norm(W_o · attn(rope(q_norm(q)), rope(k_norm(k)), v)).
@@ -136,20 +116,25 @@ class Gemma3Model final : public DecoderModel {
     ops::rope_halves(wide + H * hd, N, Oqkv, Hkv, hd, rot_dim_, rows.pos.data(), freq);
     attend(l, rows, wide, Oqkv, attn_scale_, xn);
     L.wo.forward(xn, N, tmp, d);
-    ops::rmsnorm_f32(tmp, L.post_attn_norm.data_ptr<float>(), N, d, eps, tmp);
+    ops::rmsnorm_f32(tmp, layer.post_attn_norm.data_ptr<float>(), N, d, eps, tmp);
     ops::add_rows(x, tmp, N, d, d);
     // MLP block: x += post_ffn_norm(W_down · (gelu_tanh(W_gate h) ⊙ W_up h)), h = ffn_norm(x).
     ops::rmsnorm_f32(x, L.ffn_norm.data_ptr<float>(), N, d, eps, xn);
     L.wgu.forward(xn, N, wide, 2 * F);
     ops::gelu_tanh_mul(wide, N, F, xn);
     L.wdown.forward(xn, N, tmp, d);
-    ops::rmsnorm_f32(tmp, L.post_ffn_norm.data_ptr<float>(), N, d, eps, tmp);
+    ops::rmsnorm_f32(tmp, layer.post_ffn_norm.data_ptr<float>(), N, d, eps, tmp);
     ops::add_rows(x, tmp, N, d, d);
   }
 
+  struct Layer {
+    BlockWeights b;                            // the Llama-style weights, with q/k norms
+    at::Tensor post_attn_norm, post_ffn_norm;  // [d] fp32
+  };
+
   float attn_scale_ = 0;
   std::vector<float> global_freq_, local_freq_;  // [rot_dim / 2] each
-  std::vector<Gemma3Layer> layers_;
+  std::vector<Layer> layers_;
 };
 
 }  // namespace

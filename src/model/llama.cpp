@@ -33,28 +33,10 @@ LlamaConfig parse_llama_config(const io::GGUFFile& f) {
 }
 
 std::vector<TensorSpec> llama_tensors(const LlamaConfig& c) {
-  const TargetInfo& i = c.base.info;
-  const int64_t d = i.hidden, q = i.n_heads * i.head_dim, kv = i.n_kv_heads * i.head_dim, F = i.ffn;
-  std::vector<TensorSpec> s = {{"rope_freqs.weight", {c.base.rot_dim / 2}, false}};
-  for (int64_t l = 0; l < i.n_layers; ++l) {
-    const std::string p = "blk." + std::to_string(l) + ".";
-    s.insert(s.end(), {{p + "attn_norm.weight", {d}},   {p + "attn_q.weight", {q, d}},
-                       {p + "attn_k.weight", {kv, d}},  {p + "attn_v.weight", {kv, d}},
-                       {p + "attn_output.weight", {d, q}}, {p + "ffn_norm.weight", {d}},
-                       {p + "ffn_gate.weight", {F, d}}, {p + "ffn_up.weight", {F, d}},
-                       {p + "ffn_down.weight", {d, F}}});
-  }
+  std::vector<TensorSpec> s = block_tensors(c.base.info, false);
+  s.push_back({"rope_freqs.weight", {c.base.rot_dim / 2}, false});
   return s;
 }
-
-struct LlamaLayer {
-  at::Tensor attn_norm;  // [d] fp32
-  ops::Linear wqkv;      // [(H + 2*Hkv) * hd, d]: q rows, then k, then v
-  ops::Linear wo;        // [d, H * hd]
-  at::Tensor ffn_norm;   // [d] fp32
-  ops::Linear wgu;       // [2F, d]: gate rows, then up
-  ops::Linear wdown;     // [d, F]
-};
 
 class LlamaModel final : public DecoderModel {
  public:
@@ -64,38 +46,22 @@ class LlamaModel final : public DecoderModel {
     const at::Tensor factors = c.has_rope_factors ? w.vector("rope_freqs.weight") : at::Tensor();
     inv_freq_ = ops::rope_inv_freq(info_.rope_base, rot_dim_, c.base.rope_linear,
                                    factors.defined() ? factors.data_ptr<float>() : nullptr);
-    for (int64_t l = 0; l < info_.n_layers; ++l) {
-      const std::string p = "blk." + std::to_string(l) + ".";
-      layers_.push_back({w.vector(p + "attn_norm.weight"),
-                         w.linear({p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"}),
-                         w.linear({p + "attn_output.weight"}), w.vector(p + "ffn_norm.weight"),
-                         w.linear({p + "ffn_gate.weight", p + "ffn_up.weight"}), w.linear({p + "ffn_down.weight"})});
-    }
+    for (int64_t l = 0; l < info_.n_layers; ++l) layers_.push_back(load_block(w, l, false));
   }
 
  private:
   void block(int64_t l, const Rows& rows, float* x) override {
-    const auto [N, d, H, Hkv, hd, F, Oqkv, eps] = dims(rows);
-    const auto& L = layers_[static_cast<size_t>(l)];
-    float *xn = buf_.xn.data(), *wide = buf_.wide.data(), *tmp = buf_.tmp.data();
-    // Attention block.
-    ops::rmsnorm_f32(x, L.attn_norm.data_ptr<float>(), N, d, eps, xn);
-    L.wqkv.forward(xn, N, wide, Oqkv);
-    ops::rope_pairs(wide, N, Oqkv, H, hd, rot_dim_, rows.pos.data(), inv_freq_.data());
-    ops::rope_pairs(wide + H * hd, N, Oqkv, Hkv, hd, rot_dim_, rows.pos.data(), inv_freq_.data());
-    attend(l, rows, wide, Oqkv, 1.0f / std::sqrt(static_cast<float>(hd)), xn);
-    L.wo.forward(xn, N, tmp, d);
-    ops::add_rows(x, tmp, N, d, d);
-    // MLP block.
-    ops::rmsnorm_f32(x, L.ffn_norm.data_ptr<float>(), N, d, eps, xn);
-    L.wgu.forward(xn, N, wide, 2 * F);
-    ops::silu_mul(wide, N, F, xn);
-    L.wdown.forward(xn, N, tmp, d);
-    ops::add_rows(x, tmp, N, d, d);
+    const int64_t N = rows.n(), H = info_.n_heads, Hkv = info_.n_kv_heads, hd = info_.head_dim;
+    // RoPE on adjacent pairs of q and k; attention scale 1/sqrt(hd).
+    llama_block(l, rows, x, layers_[static_cast<size_t>(l)], 1.0f / std::sqrt(static_cast<float>(hd)),
+                [&](float* qkv, int64_t ld) {
+                  ops::rope_pairs(qkv, N, ld, H, hd, rot_dim_, rows.pos.data(), inv_freq_.data());
+                  ops::rope_pairs(qkv + H * hd, N, ld, Hkv, hd, rot_dim_, rows.pos.data(), inv_freq_.data());
+                });
   }
 
   std::vector<float> inv_freq_;  // [rot_dim / 2]
-  std::vector<LlamaLayer> layers_;
+  std::vector<BlockWeights> layers_;
 };
 
 }  // namespace

@@ -22,6 +22,21 @@ int64_t elements(const std::vector<int64_t>& s) {
 
 }  // namespace
 
+std::vector<TensorSpec> block_tensors(const TargetInfo& i, bool qk_norm) {
+  const int64_t d = i.hidden, hd = i.head_dim, q = i.n_heads * hd, kv = i.n_kv_heads * hd, F = i.ffn;
+  std::vector<TensorSpec> s;
+  for (int64_t l = 0; l < i.n_layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    s.insert(s.end(), {{p + "attn_norm.weight", {d}},      {p + "attn_q.weight", {q, d}},
+                       {p + "attn_k.weight", {kv, d}},     {p + "attn_v.weight", {kv, d}},
+                       {p + "attn_output.weight", {d, q}}, {p + "ffn_norm.weight", {d}},
+                       {p + "ffn_gate.weight", {F, d}},    {p + "ffn_up.weight", {F, d}},
+                       {p + "ffn_down.weight", {d, F}}});
+    if (qk_norm) s.insert(s.end(), {{p + "attn_q_norm.weight", {hd}}, {p + "attn_k_norm.weight", {hd}}});
+  }
+  return s;
+}
+
 Weights::Weights(const io::GGUFFile& f, std::vector<TensorSpec> specs, ops::Compute compute)
     : f_(f), compute_(compute) {
   for (auto& s : specs) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "dspark/io/gguf.hpp"
+#include "dspark/model/target.hpp"
 #include "dspark/ops/linear.hpp"
 
 namespace dspark {
@@ -21,6 +22,13 @@ struct TensorSpec {
   std::vector<int64_t> shape;  // [rows, cols] for a matrix, [n] for a vector
   bool required = true;
 };
+
+/// The tensors of the Llama-style blocks of every layer l < i.n_layers,
+/// shaped from `i` (head dim i.head_dim): blk.<l>.attn_norm [d], attn_q
+/// [H·hd, d], attn_k and attn_v [Hkv·hd, d], attn_output [d, H·hd],
+/// ffn_norm [d], ffn_gate and ffn_up [F, d], ffn_down [d, F]; with `qk_norm`
+/// also attn_q_norm and attn_k_norm [hd]. All required.
+std::vector<TensorSpec> block_tensors(const TargetInfo& i, bool qk_norm);
 
 /// The registered tensors of one file.
 class Weights {
