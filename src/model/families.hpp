@@ -15,5 +15,7 @@ namespace dspark {
 std::unique_ptr<TargetModel> make_llama(std::shared_ptr<const io::GGUFFile> file, ops::Compute compute);
 /// general.architecture = "gemma3" (Gemma 3 text models).
 std::unique_ptr<TargetModel> make_gemma3(std::shared_ptr<const io::GGUFFile> file, ops::Compute compute);
+/// general.architecture = "qwen3" (Qwen3 dense models).
+std::unique_ptr<TargetModel> make_qwen3(std::shared_ptr<const io::GGUFFile> file, ops::Compute compute);
 
 }  // namespace dspark

@@ -36,6 +36,7 @@ const std::map<std::string, Factory>& families() {
   static const std::map<std::string, Factory> m = {
       {"llama", make_llama},
       {"gemma3", make_gemma3},
+      {"qwen3", make_qwen3},
   };
   return m;
 }
