@@ -605,7 +605,7 @@ TEST(TokenizerMerges, LowestRankThenLeftmost) {
 TEST(TokenizerMerges, PreTokenizerNames) {
   Synthetic s;
   s.tokens = byte_vocab({});
-  for (const char* ok : {"gpt2", "default", "smollm", "llama3", "llama-bpe", "starcoder"}) {
+  for (const char* ok : {"gpt2", "default", "smollm", "llama3", "llama-bpe", "starcoder", "qwen2", "deepseek-r1-qwen"}) {
     s.pre = ok;
     const Tokenizer tok = load(s, std::string("pre_") + ok);
     const std::string text = "Hello  world 12345 it's\n\n";
@@ -615,7 +615,41 @@ TEST(TokenizerMerges, PreTokenizerNames) {
   EXPECT_EQ(load(s, "pre_absent").pre_tokenizer_name(), "default");
   s.pre = "no-such-pre";
   const std::string err = error_of([&] { load(s, "pre_bad"); });
-  EXPECT_NE(err.find("no-such-pre"), std::string::npos) << err;
+  EXPECT_NE(err.find("unsupported tokenizer.ggml.pre 'no-such-pre'"), std::string::npos) << err;
+  EXPECT_NE(err.find("qwen2"), std::string::npos) << "the message lists the supported names: " << err;
+  s.pre = "qwen35";  // a later Qwen pattern (letters with combining marks): not the same, refused
+  EXPECT_NE(error_of([&] { load(s, "pre_qwen35"); }).find("'qwen35'"), std::string::npos);
+}
+
+// User-defined tokens (Qwen3's <think>) match whether or not special tokens are
+// parsed; control tokens only when they are (llama.cpp and HF tokenizers alike).
+TEST(TokenizerMerges, UserDefinedTokensAlwaysMatch) {
+  Synthetic s;
+  s.tokens = byte_vocab({"<think>", "<|im_start|>"});
+  s.types.assign(s.tokens.size(), 1);
+  s.types[256] = 4;
+  s.types[257] = 3;
+  const Tokenizer tok = load(s, "user_defined");
+  const std::string text = "a<think><|im_start|>";
+  EXPECT_EQ(tok.encode(text, true), (std::vector<TokenId>{'a', 256, 257}));
+  std::vector<TokenId> literal = {'a', 256};
+  for (char c : std::string("<|im_start|>")) literal.push_back(static_cast<unsigned char>(c));
+  EXPECT_EQ(tok.encode(text, false), literal);
+}
+
+// Llama 3 groups up to three digits; Qwen2 splits every digit, otherwise the same.
+TEST(TokenizerMerges, DigitsSplitIndividuallyForQwen2) {
+  Synthetic s;
+  s.tokens = byte_vocab({"12", "45", "\xC4\xA0" "it"});  // "Ġit" (Ġ is the space byte)
+  s.merges = {"1 2", "4 5", "i t", "\xC4\xA0 it"};
+  s.tokens.push_back("it");
+  s.pre = "llama3";
+  EXPECT_EQ(load(s, "dig_llama3").encode("12345", false), (std::vector<TokenId>{256, '3', 257}));
+  s.pre = "qwen2";
+  const Tokenizer qwen = load(s, "dig_qwen2");
+  EXPECT_EQ(qwen.encode("12345", false), (std::vector<TokenId>{'1', '2', '3', '4', '5'}));
+  // Letters take one leading non-letter; contractions are case-insensitive.
+  EXPECT_EQ(qwen.encode(" it'S", false), (std::vector<TokenId>{258, '\'', 'S'}));
 }
 
 TEST(TokenizerMerges, DigitsSplitIndividuallyOnlyForSmollm) {

@@ -24,11 +24,21 @@ constexpr const char* kGpt2 =
     "|[" DSPARK_WS "]+(?![^" DSPARK_WS "])|[" DSPARK_WS "]+";
 
 // Llama 3: case-insensitive contractions, letters led by one non-letter, numbers
-// in groups of up to three, symbols with trailing newlines, newline runs.
-constexpr const char* kLlama3 =
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}"
-    "| ?[^" DSPARK_WS "\\p{L}\\p{N}]+[\\r\\n]*|[" DSPARK_WS "]*[\\r\\n]+"
-    "|[" DSPARK_WS "]+(?![^" DSPARK_WS "])|[" DSPARK_WS "]+";
+// (NUMBERS: a pattern for one number piece), symbols with trailing newlines,
+// newline runs.
+#define DSPARK_LLAMA3_STYLE(NUMBERS)                                                  \
+  "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|" NUMBERS               \
+  "| ?[^" DSPARK_WS "\\p{L}\\p{N}]+[\\r\\n]*|[" DSPARK_WS "]*[\\r\\n]+"               \
+  "|[" DSPARK_WS "]+(?![^" DSPARK_WS "])|[" DSPARK_WS "]+"
+
+// Llama 3: numbers in groups of up to three digits.
+constexpr const char* kLlama3 = DSPARK_LLAMA3_STYLE("\\p{N}{1,3}");
+
+// Qwen2 (also Qwen2.5 and Qwen3): the Llama 3 pattern with every numeric
+// character a piece of its own.
+constexpr const char* kQwen2 = DSPARK_LLAMA3_STYLE("\\p{N}");
+
+#undef DSPARK_LLAMA3_STYLE
 
 // One numeric character. Hugging Face's Digits pre-tokenizer tests Rust's
 // char::is_numeric (Unicode 15 in the reference build), which also covers the
@@ -77,9 +87,12 @@ PreTokenizer PreTokenizer::for_name(const std::string& name) {
     p.stages_.push_back(std::make_unique<Stage>(kGpt2));
   } else if (name == "llama3" || name == "llama-bpe") {
     p.stages_.push_back(std::make_unique<Stage>(kLlama3));
+  } else if (name == "qwen2" || name == "deepseek-r1-qwen") {
+    p.stages_.push_back(std::make_unique<Stage>(kQwen2));
   } else {
     throw FormatError("unsupported tokenizer.ggml.pre '" + name +
-                      "' (supported: smollm, starcoder, refact, gpt2, gpt-2, default, llama3, llama-bpe)");
+                      "' (supported: smollm, starcoder, refact, gpt2, gpt-2, default, llama3, llama-bpe, "
+                      "qwen2, deepseek-r1-qwen)");
   }
   return p;
 }

@@ -20,7 +20,12 @@ class PreTokenizer {
   ///   "smollm", "starcoder", "refact": every numeric character on its own
   ///       (Hugging Face Digits(individual_digits)), then the GPT-2 pattern;
   ///   "gpt2", "gpt-2", "default": the GPT-2 pattern;
-  ///   "llama3", "llama-bpe": the Llama 3 pattern.
+  ///   "llama3", "llama-bpe": the Llama 3 pattern (numbers in groups of up
+  ///       to three digits);
+  ///   "qwen2", "deepseek-r1-qwen": the Qwen2 pattern (Qwen2, Qwen2.5, Qwen3):
+  ///       the Llama 3 pattern with every numeric character on its own.
+  /// Hugging Face's NFC normalizer of the Qwen tokenizers is not applied (as
+  /// in llama.cpp): text not in NFC may tokenize differently from HF.
   /// Throws dspark::FormatError naming `name` when it is not one of these, or
   /// when PCRE2 rejects a pattern.
   static PreTokenizer for_name(const std::string& name);

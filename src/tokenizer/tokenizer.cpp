@@ -41,6 +41,7 @@ struct Tokenizer::Impl {
   struct Special {
     std::string_view text;
     TokenId id;
+    bool control;  // matched only when parse_special (user-defined tokens always)
   };
   std::vector<Special> special_tokens;       // longest first
   std::array<bool, 256> special_first{};     // bytes that can start one
@@ -205,7 +206,7 @@ Tokenizer Tokenizer::from_gguf(const io::GGUFFile& file) {
 
   for (size_t i = 0; i < m.text.size(); ++i) {
     if ((m.types[i] == TokenType::Control || m.types[i] == TokenType::UserDefined) && !m.text[i].empty()) {
-      m.special_tokens.push_back({m.text[i], static_cast<TokenId>(i)});
+      m.special_tokens.push_back({m.text[i], static_cast<TokenId>(i), m.types[i] == TokenType::Control});
       m.special_first[static_cast<unsigned char>(m.text[i][0])] = true;
     }
   }
@@ -273,7 +274,7 @@ std::vector<TokenId> Tokenizer::encode(std::string_view text, bool parse_special
   std::vector<TokenId> out;
   out.reserve(text.size() / 3 + 4);
   Impl::Work w;
-  if (!parse_special || m.special_tokens.empty()) {
+  if (m.special_tokens.empty()) {
     m.encode_plain(text, w, out);
     return out;
   }
@@ -287,7 +288,7 @@ std::vector<TokenId> Tokenizer::encode(std::string_view text, bool parse_special
     const std::string_view rest = text.substr(i);
     const Impl::Special* hit = nullptr;
     for (const auto& s : m.special_tokens) {
-      if (rest.starts_with(s.text)) {
+      if ((parse_special || !s.control) && rest.starts_with(s.text)) {
         hit = &s;
         break;
       }

@@ -73,12 +73,12 @@ class Tokenizer {
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;
 
-  /// Encodes UTF-8 `text` to ids. With `parse_special` true, control and
-  /// user-defined tokens (e.g. "<|im_start|>") that appear literally in the
-  /// text are matched atomically (BPE: leftmost, then longest match; SPM: see
-  /// the class comment) and the text between them is encoded on its own;
-  /// with false they are tokenized as plain text (SPM: user-defined tokens
-  /// still match). Never adds BOS (see add_bos in specials()). Bytes that are
+  /// Encodes UTF-8 `text` to ids. Control tokens (e.g. "<|im_start|>") that
+  /// appear literally in the text are matched atomically when `parse_special`
+  /// and tokenized as plain text otherwise; user-defined tokens (Qwen3's
+  /// "<think>", Gemma's "\n\n") are matched either way, as llama.cpp does
+  /// (BPE: leftmost, then longest match; SPM: see the class comment). The
+  /// text between matches is encoded on its own. Never adds BOS (see add_bos in specials()). Bytes that are
   /// not valid UTF-8 are accepted and encoded byte by byte. Throws
   /// dspark::Error only if the regex engine hits a resource limit.
   std::vector<TokenId> encode(std::string_view text, bool parse_special) const;
