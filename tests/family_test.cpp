@@ -1,6 +1,7 @@
 // The family suite: one set of tests run over every target family on tiny
 // random models written by the tests (Llama; Gemma 3 with sliding-window
-// layers, on bf16 and on quantized Q8_0 weights). Each checks what
+// layers and Qwen3 with per-head q/k norms, each on bf16 and on quantized
+// Q8_0 weights). Each checks what
 // speculative decoding relies on: shapes, cached vs uncached decode, a
 // ragged batch vs each sequence alone (bitwise), rollback (trim) including
 // past a full, wrapped sliding window, and greedy speculative decoding with
@@ -41,6 +42,14 @@ const std::vector<Family>& families() {
          TinyGemmaOptions o;
          o.weight_type = dspark::io::GGMLType::Q8_0;
          write_tiny_gemma(p, 43, o);
+       }},
+      {"qwen3", dspark::ops::Compute::BF16, [](const std::string& p) { write_tiny_qwen3(p, 42); }},
+      {"qwen3_q8_0", dspark::ops::Compute::Quant,
+       [](const std::string& p) {
+         TinyQwen3Options o;
+         o.weight_type = dspark::io::GGMLType::Q8_0;
+         o.tied_embeddings = false;
+         write_tiny_qwen3(p, 43, o);
        }},
   };
   return f;
@@ -179,7 +188,7 @@ TEST_P(FamilySuite, GreedySpeculativeEqualsPlain) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, FamilySuite, ::testing::Range<size_t>(0, 3),
+INSTANTIATE_TEST_SUITE_P(Families, FamilySuite, ::testing::Range<size_t>(0, families().size()),
                          [](const auto& info) { return families()[info.param].name; });
 
 }  // namespace

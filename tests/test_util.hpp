@@ -1,5 +1,5 @@
 // Shared test utilities: the real models' locations, temporary directories and
-// tiny random Llama and Gemma 3 GGUF files built with the GGUF writer.
+// tiny random Llama, Qwen3 and Gemma 3 GGUF files built with the GGUF writer.
 //
 // Header-only (the test binary is built from tests/*_test.cpp alone).
 #pragma once
@@ -376,6 +376,47 @@ inline std::vector<std::string> tiny_vocab() {
   return v;
 }
 
+/// Draws the tensors of layer l of a Llama-style block through
+/// add(name, rows, cols, is_norm), in this order: attn_norm, attn_q, attn_k,
+/// attn_v, attn_q_norm and attn_k_norm (when qk_norm), attn_output,
+/// ffn_norm, ffn_gate, ffn_up, ffn_down.
+template <class Add>
+void add_llama_block(Add& add, int64_t l, int64_t d, int64_t F, int64_t H, int64_t Hkv, int64_t hd, bool qk_norm) {
+  const std::string p = "blk." + std::to_string(l) + ".";
+  add(p + "attn_norm.weight", 1, d, true);
+  add(p + "attn_q.weight", H * hd, d, false);
+  add(p + "attn_k.weight", Hkv * hd, d, false);
+  add(p + "attn_v.weight", Hkv * hd, d, false);
+  if (qk_norm) {
+    add(p + "attn_q_norm.weight", 1, hd, true);
+    add(p + "attn_k_norm.weight", 1, hd, true);
+  }
+  add(p + "attn_output.weight", d, H * hd, false);
+  add(p + "ffn_norm.weight", 1, d, true);
+  add(p + "ffn_gate.weight", F, d, false);
+  add(p + "ffn_up.weight", F, d, false);
+  add(p + "ffn_down.weight", d, F, false);
+}
+
+/// Sets tokenizer.ggml.* for the vocabulary of tiny_vocab() (byte-level BPE,
+/// pre-tokenizer `pre`, no BOS added).
+inline void set_tiny_bpe_tokenizer(io::GGUFWriter& w, const std::string& pre) {
+  namespace g = io::gguf;
+  const std::vector<std::string> vocab = tiny_vocab();
+  std::vector<int32_t> types(vocab.size(), 1);
+  types[0] = types[1] = types[2] = 3;
+  w.set("tokenizer.ggml.model", g::string("gpt2"));
+  w.set("tokenizer.ggml.pre", g::string(pre));
+  w.set("tokenizer.ggml.tokens", g::string_array(vocab));
+  w.set("tokenizer.ggml.token_type", g::i32_array(types));
+  const std::string sp = gpt2_byte_symbol(' ');
+  w.set("tokenizer.ggml.merges", g::string_array({sp + " t", "h e", sp + "t he"}));
+  w.set("tokenizer.ggml.bos_token_id", g::u32(1));
+  w.set("tokenizer.ggml.eos_token_id", g::u32(2));
+  w.set("tokenizer.ggml.padding_token_id", g::u32(0));
+  w.set("tokenizer.ggml.add_bos_token", g::boolean(false));
+}
+
 /// Builds a tiny random Llama GGUF in memory: metadata as llama.cpp's
 /// converter writes it (general.*, llama.*, tokenizer.ggml.*) and random
 /// weights (matrices ~ N(0, 1/in_features), norm weights ~ 1 + N(0, 0.1^2))
@@ -390,19 +431,7 @@ inline io::GGUFWriter tiny_llama_writer(uint64_t seed, const TinyLlamaOptions& o
   w.set("llama.vocab_size", g::u32(static_cast<uint32_t>(kTinyVocab)));
   w.set("general.file_type", g::u32(1));
 
-  const std::vector<std::string> vocab = tiny_vocab();
-  std::vector<int32_t> types(vocab.size(), 1);
-  types[0] = types[1] = types[2] = 3;
-  w.set("tokenizer.ggml.model", g::string("gpt2"));
-  w.set("tokenizer.ggml.pre", g::string("smollm"));
-  w.set("tokenizer.ggml.tokens", g::string_array(vocab));
-  w.set("tokenizer.ggml.token_type", g::i32_array(types));
-  const std::string sp = gpt2_byte_symbol(' ');
-  w.set("tokenizer.ggml.merges", g::string_array({sp + " t", "h e", sp + "t he"}));
-  w.set("tokenizer.ggml.bos_token_id", g::u32(1));
-  w.set("tokenizer.ggml.eos_token_id", g::u32(2));
-  w.set("tokenizer.ggml.padding_token_id", g::u32(0));
-  w.set("tokenizer.ggml.add_bos_token", g::boolean(false));
+  set_tiny_bpe_tokenizer(w, "smollm");
 
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.f, 1.f);
@@ -415,24 +444,63 @@ inline io::GGUFWriter tiny_llama_writer(uint64_t seed, const TinyLlamaOptions& o
   add("token_embd.weight", kTinyVocab, d, false);
   add("output_norm.weight", 1, d, true);
   if (!o.tied_embeddings) add("output.weight", kTinyVocab, d, false);
-  for (int64_t l = 0; l < o.n_layers; ++l) {
-    const std::string p = "blk." + std::to_string(l) + ".";
-    add(p + "attn_norm.weight", 1, d, true);
-    add(p + "attn_q.weight", o.n_heads * hd, d, false);
-    add(p + "attn_k.weight", o.n_kv_heads * hd, d, false);
-    add(p + "attn_v.weight", o.n_kv_heads * hd, d, false);
-    add(p + "attn_output.weight", d, o.n_heads * hd, false);
-    add(p + "ffn_norm.weight", 1, d, true);
-    add(p + "ffn_gate.weight", F, d, false);
-    add(p + "ffn_up.weight", F, d, false);
-    add(p + "ffn_down.weight", d, F, false);
-  }
+  for (int64_t l = 0; l < o.n_layers; ++l) add_llama_block(add, l, d, F, o.n_heads, o.n_kv_heads, hd, false);
   return w;
 }
 
 /// Writes a tiny random Llama GGUF (see tiny_llama_writer) to `path`.
 inline void write_tiny_llama(const std::string& path, uint64_t seed, const TinyLlamaOptions& opts = {}) {
   tiny_llama_writer(seed, opts).write(path);
+}
+
+// ---- tiny random Qwen3 ----------------------------------------------------------------
+
+/// Geometry of a tiny random Qwen3: a key length different from hidden /
+/// heads (as in Qwen3-0.6B: 16 heads of 128 over d = 1024), tied embeddings
+/// unless `tied_embeddings` is false, the tiny byte-level vocabulary with the
+/// Qwen2 pre-tokenizer.
+struct TinyQwen3Options {
+  int64_t n_layers = 2;
+  int64_t hidden = 64;
+  int64_t n_heads = 4;
+  int64_t n_kv_heads = 2;
+  int64_t head_dim = 32;
+  int64_t ffn = 128;
+  int64_t context = 256;
+  float rope_base = 1e6f;
+  float rms_eps = 1e-6f;
+  bool tied_embeddings = true;
+  io::GGMLType weight_type = io::GGMLType::BF16;
+};
+
+/// Builds a tiny random Qwen3 GGUF in memory, metadata as llama.cpp's
+/// converter writes it (qwen3.attention.key_length, per-head q/k norm
+/// weights ~ 1 + N(0, 0.1^2)).
+inline io::GGUFWriter tiny_qwen3_writer(uint64_t seed, const TinyQwen3Options& o = {}) {
+  namespace g = io::gguf;
+  io::GGUFWriter w(3);
+  set_geometry(w, "qwen3", "tiny-qwen3-" + std::to_string(seed),
+               {o.n_layers, o.context, o.hidden, o.ffn, o.n_heads, o.n_kv_heads, o.rms_eps, o.rope_base});
+  w.set("qwen3.attention.key_length", g::u32(static_cast<uint32_t>(o.head_dim)));
+  w.set("qwen3.attention.value_length", g::u32(static_cast<uint32_t>(o.head_dim)));
+  set_tiny_bpe_tokenizer(w, "qwen2");
+
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  auto add = [&](const std::string& name, int64_t rows, int64_t cols, bool is_norm) {
+    add_random_tensor(w, rng, normal, name, rows, cols, is_norm, is_norm ? io::GGMLType::F32 : o.weight_type);
+  };
+  const int64_t d = o.hidden, F = o.ffn, hd = o.head_dim;
+  add("token_embd.weight", kTinyVocab, d, false);
+  add("output_norm.weight", 1, d, true);
+  if (!o.tied_embeddings) add("output.weight", kTinyVocab, d, false);
+  for (int64_t l = 0; l < o.n_layers; ++l) add_llama_block(add, l, d, F, o.n_heads, o.n_kv_heads, hd, true);
+  return w;
+}
+
+/// Writes a tiny random Qwen3 GGUF (see tiny_qwen3_writer) to `path`.
+inline void write_tiny_qwen3(const std::string& path, uint64_t seed, const TinyQwen3Options& opts = {}) {
+  tiny_qwen3_writer(seed, opts).write(path);
 }
 
 // ---- tiny SentencePiece vocabulary and tiny random Gemma 3 --------------------------
