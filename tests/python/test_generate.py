@@ -2,6 +2,7 @@
 streaming, argument errors, cancellation and concurrency."""
 
 import _thread
+import signal
 import subprocess
 import threading
 import time
@@ -159,6 +160,9 @@ def test_closed_generator_frees_its_slot(spec_model):
 
 
 def test_keyboard_interrupt_stops_generation(plain_model):
+    # Ctrl-C as Python delivers it, even when the suite was started with
+    # SIGINT ignored (nohup, a background job), where interrupt_main is a no-op.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(0.5, _thread.interrupt_main)
     timer.start()
     t0 = time.monotonic()
@@ -167,6 +171,7 @@ def test_keyboard_interrupt_stops_generation(plain_model):
             plain_model.generate("Count from 1 to 1000: 1, 2, 3, 4,", max_tokens=4000, temperature=0)
     finally:
         timer.cancel()
+        signal.signal(signal.SIGINT, previous)
     assert time.monotonic() - t0 < 20
     wait_idle(plain_model)
 
