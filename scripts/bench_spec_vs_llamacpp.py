@@ -9,6 +9,8 @@ Rows, each at every --temps temperature:
                              exported by `dspark export --format gguf`
   dspark plain / DSpark      `dspark bench` (plain and speculative in one process,
                              the default --compute quant and --schedule auto)
+  dspark DSpark+lookup       the same with prompt-lookup drafts (--lookup-ngram N)
+  dspark lookup              prompt-lookup drafts alone (--drafter none)
 
 llama.cpp rows run either llama-server (--harness server: /v1/chat/completions,
 the GGUF's chat template; decode tokens/s = sum(predicted_n) / sum(predicted_ms))
@@ -212,8 +214,8 @@ class Cli:
         pass
 
 
-def dspark_bench(args: argparse.Namespace, temp: float, extra: tuple[str, ...] = ()) -> dict:
-    cmd = [str(args.dspark), "bench", "-m", str(args.model), "--drafter", str(args.drafter), "--gamma",
+def dspark_bench(args: argparse.Namespace, temp: float, extra: tuple[str, ...] = (), drafter: str | None = None) -> dict:
+    cmd = [str(args.dspark), "bench", "-m", str(args.model), "--drafter", drafter or str(args.drafter), "--gamma",
            str(args.gamma), "-t", str(args.threads), "-n", str(args.n_predict), "--runs", "1", "--temp",
            str(temp), "--prompts", str(args.prompts), "--seed", str(args.seed), "--json", "--limit", str(args.limit), *extra]
     out = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
@@ -235,12 +237,16 @@ def main() -> int:
     ap.add_argument("--temps", default="0,0.7")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--lookup-ngram", type=int, default=2,
+                    help="shortest n-gram of dspark's prompt-lookup rows (dspark --lookup-ngram)")
     ap.add_argument("--limit", type=int, default=0, help="first N prompts only (0 = all)")
     ap.add_argument("--llamacpp", type=Path, default=Path.home() / ".cache/llamacpp/build/bin")
     ap.add_argument("--dspark", type=Path, default=REPO / "build/dspark")
     ap.add_argument("--harness", choices=["server", "cli"],
                     help="how llama.cpp runs (default: server when llama-server is built, else cli)")
     ap.add_argument("--out", type=Path, help="write every figure as JSON here")
+    ap.add_argument("--keep-servers", action="store_true",
+                    help="one llama.cpp process per row for all runs (its n-gram memory then spans runs)")
     args = ap.parse_args()
     prompts = [json.loads(l) for l in args.prompts.read_text().splitlines() if l.strip()]
     if args.limit:
@@ -261,22 +267,40 @@ def main() -> int:
     load_start = os.getloadavg()
     harness = args.harness or ("server" if (args.llamacpp / "llama-server").exists() else "cli")
     runner = Server if harness == "server" else Cli
-    servers = {name: runner(name.split()[-1], args, extra, work) for name, extra in rows.items()}
-    results: dict = {t: {name: [] for name in [*rows, "dspark"]} for t in temps}
+    # Fresh llama.cpp processes for every run (unless --keep-servers): the
+    # n-gram drafters keep a server-wide n-gram memory across requests, and a
+    # run repeats the prompts of the run before it, so a kept server drafts
+    # the previous run's answers. Each `dspark bench` is a fresh process too.
+    start = lambda: {name: runner(name.split()[-1], args, extra, work) for name, extra in rows.items()}
+    servers = start()
+    lk = str(args.lookup_ngram)
+    # dspark rows: (--drafter, extra flags); each `dspark bench` call also
+    # measures plain decoding, pooled into the "dspark plain" row.
+    dspark_rows = {
+        "dspark DSpark": (None, ("--lookup-ngram", "0")),
+        "dspark DSpark+lookup": (None, ("--lookup-ngram", lk)),
+        "dspark lookup": ("none", ("--lookup-ngram", lk)),
+    }
+    results: dict = {t: {name: [] for name in [*rows, *dspark_rows]} for t in temps}
     try:
         for run in range(args.runs):
+            if run > 0 and not args.keep_servers:
+                for s in servers.values():
+                    s.close()
+                servers = start()
             for t in temps:
                 for name, server in servers.items():
                     results[t][name].append(server.run(prompts, args, t))
                     print(f"run {run + 1}/{args.runs} T={t} {name}: {results[t][name][-1]['tok_s']:.1f} tok/s",
                           file=sys.stderr)
-                results[t]["dspark"].append(dspark_bench(args, t))
-                d = results[t]["dspark"][-1]
-                print(f"run {run + 1}/{args.runs} T={t} dspark: plain {d['plain_tok_s']:.1f}, DSpark "
-                      f"{d['spec_tok_s']:.1f} tok/s", file=sys.stderr)
+                for name, (drafter, extra) in dspark_rows.items():
+                    results[t][name].append(dspark_bench(args, t, extra, drafter))
+                    d = results[t][name][-1]
+                    print(f"run {run + 1}/{args.runs} T={t} {name}: plain {d['plain_tok_s']:.1f}, speculative "
+                          f"{d['spec_tok_s']:.1f} tok/s", file=sys.stderr)
         # Acceptance at T = 0 with every drafted token verified, as llama.cpp
         # does (dspark's default scheduler verifies fewer under load).
-        full = dspark_bench(args, 0.0, ("--schedule", "off")) if 0.0 in temps else None
+        full = dspark_bench(args, 0.0, ("--schedule", "off", "--lookup-ngram", "0")) if 0.0 in temps else None
     finally:
         for s in servers.values():
             s.close()
@@ -288,7 +312,7 @@ def main() -> int:
 
     table = []
     for t in temps:
-        ds = results[t]["dspark"]
+        ds = results[t]["dspark DSpark"]
         if ds[0]["prompt_n"] != results[t]["llama.cpp plain"][0]["prompt_n"]:
             print(f"warning: prompt lengths differ between llama.cpp and dspark at T={t}", file=sys.stderr)
         for name in rows:
@@ -296,11 +320,14 @@ def main() -> int:
             table.append({"row": name, "temp": t, "tok_s": statistics.median(r["tok_s"] for r in rr),
                           "tau": pooled_tau(rr) if name != "llama.cpp plain" else 1.0,
                           "accept_rate": (sum(r["accepted"] for r in rr) / max(1, sum(r["drafted"] for r in rr)))})
-        table.append({"row": "dspark plain", "temp": t, "tok_s": statistics.median(r["plain_tok_s"] for r in ds),
+        all_ds = [r for name in dspark_rows for r in results[t][name]]
+        table.append({"row": "dspark plain", "temp": t, "tok_s": statistics.median(r["plain_tok_s"] for r in all_ds),
                       "tau": 1.0, "accept_rate": None})
-        table.append({"row": "dspark DSpark", "temp": t, "tok_s": statistics.median(r["spec_tok_s"] for r in ds),
-                      "tau": sum(r["tau"] * r["target_calls"] for r in ds) / sum(r["target_calls"] for r in ds),
-                      "accept_rate": sum(r["accepted"] for r in ds) / max(1, sum(r["drafted"] for r in ds))})
+        for name in dspark_rows:
+            ds = results[t][name]
+            table.append({"row": name, "temp": t, "tok_s": statistics.median(r["spec_tok_s"] for r in ds),
+                          "tau": sum(r["tau"] * r["target_calls"] for r in ds) / sum(r["target_calls"] for r in ds),
+                          "accept_rate": sum(r["accepted"] for r in ds) / max(1, sum(r["drafted"] for r in ds))})
     print(f"\nllama.cpp via {harness}; {len(prompts)} prompts, -n {args.n_predict}, gamma {args.gamma}, {args.threads} threads, "
           f"{args.runs} runs (median tok/s), {started}, load {load_start[0]:.1f} -> {os.getloadavg()[0]:.1f}")
     print(f"{'row':<24} {'T':>4} {'tok/s':>8} {'tau':>6} {'accept':>7} {'vs llama.cpp plain':>19}")

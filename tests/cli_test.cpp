@@ -208,6 +208,34 @@ TEST_F(Cli, EmptyThresholdsAreRefused) {
                         "--thresholds: expected numbers in [0, 1] separated by commas, or 'none', got an empty string");
 }
 
+TEST_F(Cli, LookupDraftsAreLosslessAloneAndWithTheDrafter) {
+  // A prompt whose answer repeats itself: lookup drafts fire and are accepted.
+  const std::string base = "generate -m smollm2 --chat --temp 0 -n 48 --json -p \"Write a poem where every line "
+                           "starts with 'The sea is'.\" ";
+  auto plain = run_dspark(base + "--drafter none --lookup-ngram 0", tmp);
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  const auto p = nlohmann::json::parse(plain.out);
+  EXPECT_FALSE(p.at("stats").contains("tau")) << "--drafter none --lookup-ngram 0 is plain decoding";
+  for (const std::string extra : {"--drafter none", "--drafter none --lookup-ngram 1 --lookup-draft-max 5",
+                                  "--lookup-ngram 3 --lookup-ngram-max 6", ""}) {
+    auto r = run_dspark(base + extra, tmp);
+    ASSERT_EQ(r.status, 0) << extra << ": " << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j.at("tokens"), p.at("tokens")) << extra;
+    EXPECT_GT(j.at("stats").at("accepted").get<int64_t>(), 0) << extra;
+    EXPECT_LT(j.at("stats").at("target_calls").get<int64_t>(), p.at("stats").at("target_calls").get<int64_t>())
+        << extra;
+  }
+}
+
+TEST_F(Cli, InvalidLookupOptionsAreRefused) {
+  expect_one_line_error(run_dspark("generate -m smollm2 -p hi -n 2 --lookup-ngram 5 --lookup-ngram-max 3", tmp),
+                        "--lookup-ngram-max: expected at least --lookup-ngram = 5, got 3");
+  auto r = run_dspark("generate -m smollm2 -p hi -n 2 --lookup-draft-max 0", tmp);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("--lookup-draft-max"), std::string::npos) << r.err;
+}
+
 TEST_F(Cli, TopKMinusOneMeansOffAsInTheServer) {
   // -1 and 0 both disable top-k (the server's top_k reads them the same way).
   const std::string base = "generate -m smollm2 -p 'Once upon a time' -n 8 --drafter none --temp 1.5 --top-p 1 "
@@ -363,7 +391,7 @@ TEST_F(Cli, AutoScheduleMeasuresAProfileOnFirstUse) {
   for (const auto& e : fs::directory_iterator(home / "profiles")) saved.push_back(e.path());
   ASSERT_EQ(saved.size(), 1u);
   const auto prof = nlohmann::json::parse(read_bytes(saved[0].string()));
-  EXPECT_EQ(prof.at("sps").size(), 16u);
+  EXPECT_EQ(prof.at("sps").size(), 17u);  // B up to 1 + the longest lookup draft (16)
   EXPECT_EQ(prof.at("context"), 256);
   for (double v : prof.at("sps")) EXPECT_GT(v, 0.0);
   // A damaged default profile is reported and measured again, not fatal.
@@ -372,7 +400,7 @@ TEST_F(Cli, AutoScheduleMeasuresAProfileOnFirstUse) {
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.err.find("warning: ignoring the SPS profile " + saved[0].string()), std::string::npos) << r.err;
   EXPECT_EQ(nlohmann::json::parse(r.out).at("text"), nlohmann::json::parse(plain.out).at("text"));
-  EXPECT_EQ(nlohmann::json::parse(read_bytes(saved[0].string())).at("sps").size(), 16u);
+  EXPECT_EQ(nlohmann::json::parse(read_bytes(saved[0].string())).at("sps").size(), 17u);  // B up to 1 + the longest lookup draft (16)
 }
 
 TEST_F(Cli, OutputThatCannotBeWrittenIsAnError) {

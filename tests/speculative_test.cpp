@@ -23,6 +23,8 @@
 #include <vector>
 
 #include "dspark/error.hpp"
+#include "dspark/spec/runner.hpp"
+#include "dspark/spec/session.hpp"
 #include "dspark/spec/speculative.hpp"
 #include "spec_test_util.hpp"
 
@@ -1025,6 +1027,39 @@ TEST(SpecSampling, SeedStableSpeculativeMatchesPlainDistribution) {
   EXPECT_LT(accepted, drafted);
   expect_plain_law(spec, "seed-stable speculative, acceptance " + std::to_string(accepted) + "/" +
                              std::to_string(drafted));
+}
+
+TEST(SpecSampling, LookupDraftsMatchPlainDistribution) {
+  // Prompt-lookup drafts are one-hot: accepted with probability p(x), a
+  // rejection resamples from p without x. On a prompt that repeats itself
+  // they fire on most rounds and are accepted only sometimes at T = 1.
+  DSPARK_REAL_MODEL(lm);
+  TargetModel& target = *lm.target;
+  const auto prompt = lm.encode_prompt(
+      "The capital of France is Paris. The capital of Italy is Rome. The capital of France is", false);
+  const Counts plain = sample_outcomes(samples_per_group(), 7'000'000, [&](int64_t, uint64_t seed) {
+    return generate_plain(target, prompt, stat_options(1.f, seed));
+  });
+  const Drafter d = spectest::random_drafter(target, SeqHead::Markov);
+  int64_t drafted = 0, accepted = 0;
+  const Counts spec = sample_outcomes(samples_per_group(), 8'000'000, [&](int64_t i, uint64_t seed) {
+    SpecOptions so = spec_options(2, false);
+    so.lookup.min_ngram = 1;
+    so.lookup.max_ngram = 3;
+    so.lookup.max_draft = 3;
+    // Lookup alone, and next to a drafter (which takes the rounds lookup leaves).
+    const DraftModel* dm = i % 2 == 0 ? nullptr : &d;
+    SpecSession s(target, dm, prompt, stat_options(1.f, seed), so);
+    GenerateResult r = run_session(target, dm, s, so);
+    drafted += r.stats.lookup_drafted;
+    accepted += r.stats.lookup_accepted;
+    return r;
+  });
+  EXPECT_GT(accepted, 0);
+  EXPECT_LT(accepted, drafted);
+  const Homogeneity h = homogeneity(plain, spec);
+  EXPECT_GT(h.p, 0.001) << h.str() << "; " << describe(plain, spec);
+  std::cout << "[ lookup drafts, acceptance " << accepted << "/" << drafted << " ] " << h.str() << "\n";
 }
 
 TEST(SpecSampling, BiasedSamplerIsDetected) {

@@ -12,6 +12,8 @@
 #include "dspark/error.hpp"
 #include "dspark/train/regen.hpp"
 #include "dspark/model/loaded_model.hpp"
+#include "dspark/spec/runner.hpp"
+#include "dspark/spec/session.hpp"
 
 namespace dspark::cli {
 
@@ -53,6 +55,7 @@ class BenchCommand : public Command {
     auto prompts = train::read_prompts_jsonl(prompts_);
     if (limit_ > 0 && static_cast<size_t>(limit_) < prompts.size()) prompts.resize(limit_);
     const SpecOptions spec = drafter_.spec(m.target.get());
+    const bool speculative = drafter != nullptr || spec.lookup.enabled();
 
     GenerateOptions opts;
     opts.n_predict = n_predict_;
@@ -82,7 +85,9 @@ class BenchCommand : public Command {
         GenerateResult plain, sp;
         auto run_plain = [&] { plain = generate_plain(*m.target, ids, opts); };
         auto run_spec = [&] {
-          if (drafter) sp = generate_speculative(*m.target, *drafter, ids, opts, spec);
+          if (!speculative) return;
+          SpecSession session(*m.target, drafter.get(), ids, opts, spec);
+          sp = run_session(*m.target, drafter.get(), session, spec);
         };
         // Alternate the order so neither mode always runs on a warmer cache.
         try {
@@ -99,7 +104,7 @@ class BenchCommand : public Command {
                               {"plain_tokens", plain.stats.generated_tokens},
                               {"plain_tok_s", plain.stats.decode_tok_s()},
                               {"prefill_tok_s", plain.stats.prefill_tok_s()}};
-        if (drafter) {
+        if (speculative) {
           spec_tokens += sp.stats.generated_tokens;
           spec_s += sp.stats.decode_s;
           const bool same = sp.tokens == plain.tokens;
@@ -118,7 +123,7 @@ class BenchCommand : public Command {
       }
       agg_plain.push_back(plain_s > 0 ? plain_tokens / plain_s : 0);
       agg_prefill.push_back(pre_s > 0 ? pre_tokens / pre_s : 0);
-      if (drafter) agg_spec.push_back(spec_s > 0 ? spec_tokens / spec_s : 0);
+      if (speculative) agg_spec.push_back(spec_s > 0 ? spec_tokens / spec_s : 0);
     }
     if (!json_ && isatty(fileno(stderr))) std::fprintf(stderr, "\r%60s\r", "");
 
@@ -131,9 +136,17 @@ class BenchCommand : public Command {
                           {"plain_tok_s", median(agg_plain)},
                           {"prefill_tok_s", median(agg_prefill)},
                           {"plain_tok_s_runs", agg_plain}};
-    if (drafter) {
-      agg["drafter"] = drafter_.resolved_dir();
-      agg["gamma"] = spec.gamma > 0 ? spec.gamma : drafter->config().gamma;
+    if (speculative) {
+      agg["drafter"] = drafter ? nlohmann::json(drafter_.resolved_dir()) : nlohmann::json();
+      agg["gamma"] = drafter ? (spec.gamma > 0 ? spec.gamma : drafter->config().gamma) : 0;
+      agg["lookup"] = spec.lookup.enabled()
+                          ? nlohmann::json{{"min_ngram", spec.lookup.min_ngram},
+                                           {"max_ngram", spec.lookup.max_ngram},
+                                           {"max_draft", spec.lookup.max_draft},
+                                           {"rounds", total_spec.lookup_rounds},
+                                           {"drafted", total_spec.lookup_drafted},
+                                           {"accepted", total_spec.lookup_accepted}}
+                          : nlohmann::json();
       agg["tau"] = total_spec.tau();
       agg["spec_tok_s"] = median(agg_spec);
       agg["spec_tok_s_runs"] = agg_spec;
@@ -141,6 +154,7 @@ class BenchCommand : public Command {
       agg["acceptance_by_position"] = total_spec.acceptance_by_position();
       agg["drafted"] = total_spec.drafted;
       agg["accepted"] = total_spec.accepted;
+      agg["rounds"] = total_spec.rounds;
       agg["target_calls"] = total_spec.target_calls;
       agg["draft_ms_per_round"] = total_spec.rounds ? total_spec.draft_s * 1e3 / total_spec.rounds : 0;
       agg["verify_ms_per_round"] = total_spec.rounds ? total_spec.verify_s * 1e3 / total_spec.rounds : 0;
@@ -149,7 +163,7 @@ class BenchCommand : public Command {
     if (json_) {
       std::cout << nlohmann::json{{"aggregate", agg}, {"prompts", rows}}.dump(2) << std::endl;
     } else {
-      print_table(agg, rows, drafter != nullptr);
+      print_table(agg, rows, speculative);
     }
     return 0;
   }
@@ -160,6 +174,9 @@ class BenchCommand : public Command {
     into.rounds += s.rounds;
     into.drafted += s.drafted;
     into.accepted += s.accepted;
+    into.lookup_rounds += s.lookup_rounds;
+    into.lookup_drafted += s.lookup_drafted;
+    into.lookup_accepted += s.lookup_accepted;
     into.target_calls += s.target_calls;
     into.draft_s += s.draft_s;
     into.verify_s += s.verify_s;
@@ -187,6 +204,11 @@ class BenchCommand : public Command {
       for (double a : agg["acceptance_by_position"]) std::printf(" %.2f", a);
       std::printf("\ndraft %.2f ms/round, verify %.2f ms/round\n", agg["draft_ms_per_round"].get<double>(),
                   agg["verify_ms_per_round"].get<double>());
+      if (const auto& lk = agg["lookup"]; !lk.is_null()) {
+        const auto drafted = lk["drafted"].get<long long>(), accepted = lk["accepted"].get<long long>();
+        std::printf("lookup drafts: %lld of %lld rounds, %lld of %lld drafted tokens accepted\n",
+                    lk["rounds"].get<long long>(), agg["rounds"].get<long long>(), accepted, drafted);
+      }
     } else {
       std::printf("%-10s %8s %12s %12s\n", "prompt", "tokens", "decode t/s", "prefill t/s");
       for (const auto& r : rows)

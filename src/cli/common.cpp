@@ -140,6 +140,9 @@ nlohmann::json stats_json(const GenerateStats& s) {
     j["acceptance_by_position"] = s.acceptance_by_position();
     j["draft_ms"] = s.draft_s * 1e3;
     j["verify_ms"] = s.verify_s * 1e3;
+    j["lookup_rounds"] = s.lookup_rounds;
+    j["lookup_drafted"] = s.lookup_drafted;
+    j["lookup_accepted"] = s.lookup_accepted;
   }
   return j;
 }

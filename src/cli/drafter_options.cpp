@@ -1,5 +1,6 @@
 #include "drafter_options.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <iostream>
@@ -26,6 +27,18 @@ void DrafterOptions::add(CLI::App& app, bool with_schedule) {
                                    "per-position confidence thresholds a,b,... ('none' disables calibration "
                                    "thresholds)");
   app.add_flag("--no-prune", no_prune, "verify every drafted token (no confidence pruning)");
+  app.add_option("--lookup-ngram", lookup.min_ngram,
+                 "prompt-lookup drafts: shortest n-gram of the text so far matched earlier in it; a "
+                 "match drafts what followed it, other rounds use the drafter (0 = off; with "
+                 "--drafter none, lookup drafts alone)")
+      ->check(CLI::Range(0, 64))
+      ->capture_default_str();
+  app.add_option("--lookup-ngram-max", lookup.max_ngram, "prompt-lookup drafts: longest n-gram tried first")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  app.add_option("--lookup-draft-max", lookup.max_draft, "prompt-lookup drafts: most tokens per draft")
+      ->check(CLI::Range(1, kMaxGamma))
+      ->capture_default_str();
   if (!with_schedule) {
     schedule = "thresholds";  // the caller schedules verify lengths itself
     return;
@@ -97,7 +110,7 @@ std::unique_ptr<Drafter> DrafterOptions::load(const std::string& model_arg, cons
 
 void DrafterOptions::measure_profile(TargetModel& target) const {
   SpsProfileOptions o;
-  o.bmax = std::max(16, (gamma > 0 ? gamma : drafter_gamma_) + 1);
+  o.bmax = std::max({16, (gamma > 0 ? gamma : drafter_gamma_) + 1, lookup.enabled() ? lookup.max_draft + 1 : 0});
   o.context = std::min<int64_t>(256, target.info().context - o.bmax - 1);
   if (o.context < 1) return;
   const bool tty = ::isatty(STDERR_FILENO) != 0;
@@ -119,11 +132,15 @@ SpecOptions DrafterOptions::spec(TargetModel* target) const {
   if (std::isnan(min_conf)) throw InvalidArgument("--min-conf: expected a number in [0, 1], got nan");
   SpecOptions s;
   s.gamma = gamma;
+  if (lookup.enabled() && lookup.max_ngram < lookup.min_ngram)
+    throw InvalidArgument("--lookup-ngram-max: expected at least --lookup-ngram = " +
+                          std::to_string(lookup.min_ngram) + ", got " + std::to_string(lookup.max_ngram));
+  s.lookup = lookup;
   std::string schedule = this->schedule;
   if (schedule == "auto") {
     const bool explicit_pruning = min_conf >= 0 || !thresholds.empty();
     bool have_profile = !profile.empty() || measured_sps_.has_value();
-    const bool wants_profile = !explicit_pruning && !no_prune && drafter_gamma_ > 0;
+    const bool wants_profile = !explicit_pruning && !no_prune && (drafter_gamma_ > 0 || lookup.enabled());
     if (!have_profile && wants_profile && std::filesystem::exists(default_profile_path(profile_key_))) {
       // The default profile was written by this program; when it cannot be
       // read (damaged, or from an incompatible version), measure a new one

@@ -17,6 +17,15 @@ struct DrafterOptions {
   double min_conf = -1.0;
   std::string thresholds;        // "a,b,..."; "" = unset; "none" = empty list (disables)
   bool no_prune = false;
+  /// Prompt-lookup drafts next to the drafter (--lookup-ngram, 0 = off). On
+  /// by default at n = 2: on this machine's dev prompts it beat the drafter
+  /// alone at T = 0 and 0.7 (docs/interop.md).
+  LookupOptions lookup = default_lookup();
+  static LookupOptions default_lookup() {
+    LookupOptions o;
+    o.min_ngram = 2;
+    return o;
+  }
   /// Verify-length schedule: "off" (verify all γ), "thresholds" (confidence
   /// pruning), "sps" (hardware-aware scheduler, Alg. 1 with R = 1, on the
   /// SPS profile `profile`; default $DSPARK_HOME/profiles/<model id>.json),
@@ -37,7 +46,7 @@ struct DrafterOptions {
   /// profile of --schedule sps is missing ("run dspark profile").
   /// With `target`, "auto", a drafter loaded, no pruning flags and no
   /// profile on this machine yet, the SPS profile is measured first (B up to
-  /// max(16, γ+1) at a 256-token context, about a second; a progress line on
+  /// max(16, γ+1, 1 + the longest lookup draft) at a 256-token context, about a second; a progress line on
   /// a terminal) and saved to the default path, so that "auto" schedules
   /// with it from the first run on.
   SpecOptions spec(TargetModel* target = nullptr) const;

@@ -5,6 +5,8 @@
 #include <iostream>
 
 #include "dspark/model/loaded_model.hpp"
+#include "dspark/spec/runner.hpp"
+#include "dspark/spec/session.hpp"
 #include "dspark/tokenizer/tokenizer.hpp"
 
 namespace dspark::cli {
@@ -65,8 +67,8 @@ int GenerateCommand::run() {
   }
   const auto drafter = drafter_.load(model_.model, *m.target);
   const SpecOptions spec = drafter_.spec(m.target.get());  // validated even when no drafter runs
-  GenerateResult r = drafter ? generate_speculative(*m.target, *drafter, prompt, opts, spec)
-                             : generate_plain(*m.target, prompt, opts);
+  SpecSession session(*m.target, drafter.get(), prompt, opts, spec);
+  GenerateResult r = run_session(*m.target, drafter.get(), session, spec);
   const auto& s = r.stats;
   // Neither an end-of-generation token nor -n ended it: the KV cache is full.
   const bool context_full = !r.stopped_by_eog && s.generated_tokens < n_predict_;

@@ -73,7 +73,7 @@ class ServeCommand : public Command {
     eo.parallel = parallel_;
     eo.spec = drafter_.spec();
     eo.prefill_budget = prefill_budget_;
-    if (drafter) eo.sps = sps_curve(*m.target, *drafter);
+    if (drafter || eo.spec.lookup.enabled()) eo.sps = sps_curve(*m.target, drafter.get());
     serve::Engine engine(*m.target, *m.tokenizer, drafter.get(), eo);
 
     serve::ServerOptions so;
@@ -94,7 +94,8 @@ class ServeCommand : public Command {
       server.stop();
     });
     std::cerr << "dspark serve: " << so.model_name << " ("
-              << (drafter ? (eo.sps.empty() ? "speculative" : "speculative, scheduled") : "plain")
+              << (drafter || eo.spec.lookup.enabled() ? (eo.sps.empty() ? "speculative" : "speculative, scheduled")
+                                                      : "plain")
               << ", parallel " << parallel_ << ") listening on http://" << host_ << ":" << port
               << std::endl;
     server.listen();
@@ -107,11 +108,12 @@ class ServeCommand : public Command {
 
  private:
   // The SPS curve the --sps option asks for (empty: no scheduling).
-  std::vector<double> sps_curve(TargetModel& target, const Drafter& drafter) const {
+  std::vector<double> sps_curve(TargetModel& target, const Drafter* drafter) const {
     if (sps_ == "none") return {};
     if (sps_ == "measure") {
       SpsProfileOptions po;
-      const int gamma = drafter_.gamma > 0 ? drafter_.gamma : drafter.gamma();
+      const int gamma = std::max(drafter_.gamma > 0 ? drafter_.gamma : drafter ? drafter->gamma() : 0,
+                                 drafter_.lookup.enabled() ? drafter_.lookup.max_draft : 0);
       po.bmax = std::min<int>(parallel_ * (gamma + 1), 256);
       po.context = 64;
       po.repetitions = 3;

@@ -202,6 +202,8 @@ nlohmann::json spec_stats_json(const RequestOutcome& o) {
           {"drafted", s.drafted},
           {"accepted", s.accepted},
           {"rounds", s.rounds},
+          {"lookup_rounds", s.lookup_rounds},
+          {"lookup_accepted", s.lookup_accepted},
           {"target_calls", s.target_calls},
           {"acceptance_by_position", s.acceptance_by_position()},
           {"prefill_ms", s.prefill_s * 1e3},

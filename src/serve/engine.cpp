@@ -105,7 +105,7 @@ Engine::Engine(TargetModel& target, const tok::Tokenizer& tokenizer, const Draft
     throw InvalidArgument("prefill budget must be >= 0, got " + std::to_string(opts_.prefill_budget));
   // Verify lengths are chosen across requests by the runner's policy.
   SpecOptions policy = opts_.spec;
-  policy.sps = drafter_ ? opts_.sps : std::vector<double>{};
+  policy.sps = drafter_ || opts_.spec.lookup.enabled() ? opts_.sps : std::vector<double>{};
   runner_ = std::make_unique<BatchRunner>(target_, drafter_, policy, RunnerOptions{opts_.prefill_budget});
   load_.parallel = opts_.parallel;
   thread_ = std::thread([this] { run(); });
@@ -254,7 +254,7 @@ void Engine::finish(Slot& slot) {
   o.prompt_tokens = slot.prompt_len;
   o.completion_tokens = static_cast<int64_t>(res.tokens.size());
   o.stats = res.stats;
-  o.speculative = drafter_ != nullptr;
+  o.speculative = drafter_ != nullptr || opts_.spec.lookup.enabled();
   slot.req->complete(tail, std::move(o));
 }
 

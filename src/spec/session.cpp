@@ -3,8 +3,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 
 #include "dspark/error.hpp"
+#include "dspark/spec/calibration.hpp"
+#include "dspark/spec/scheduler.hpp"
 
 namespace dspark {
 
@@ -21,7 +24,8 @@ struct SpecSession::Impl {
   std::vector<TokenId> prompt;
   GenerateOptions opts;
   SpecOptions spec;
-  int gamma = 0;
+  int gamma = 0;         // the drafter's block size
+  int lookup_gamma = 0;  // the longest lookup draft (0: lookup off)
   KVCache cache;
   Rng rng;
   TapRequest taps;
@@ -36,7 +40,14 @@ struct SpecSession::Impl {
   TokenId anchor = -1;
   int64_t anchor_pos = 0;  // absolute position of the anchor
   Draft dr;            // current round's draft
+  bool dr_lookup = false;  // dr came from prompt lookup
   int ell = 0;         // verify length for the current round
+  std::vector<TokenId> history;  // prompt ++ emitted tokens (lookup drafts)
+  std::vector<int64_t> lookup_reached, lookup_accepted;  // per position, lookup rounds
+  // Drafter rounds of this sequence: count, verified and accepted positions,
+  // drafting time; and rounds since the drafter last ran (drafter_pays()).
+  int64_t drafter_rounds = 0, drafter_verified = 0, drafter_accepted = 0, rounds_since_drafter = 0;
+  double drafter_s = 0;
   std::vector<TokenId> block;
   Clock::time_point t_start, t_prefilled, t_call;
 
@@ -45,6 +56,11 @@ struct SpecSession::Impl {
         cache(t.new_cache(opts.ctx_size)), rng(opts.sampling.seed) {
     opts.sampling.validate();
     check_prompt_fits(static_cast<int64_t>(prompt.size()), cache.max_tokens());
+    spec.lookup.validate();
+    if (spec.lookup.enabled()) {
+      lookup_gamma = spec.lookup.max_draft;
+      history = prompt;
+    }
     if (drafter) {
       drafter->check_target(t.info());
       gamma = spec.gamma > 0 ? spec.gamma : drafter->gamma();
@@ -56,10 +72,63 @@ struct SpecSession::Impl {
                               " values (one per draft position), got " +
                               std::to_string(spec.thresholds->size()));
       taps.layers = drafter->tap_layers();
-      res.stats.reached_by_position.assign(static_cast<size_t>(gamma), 0);
-      res.stats.accepted_by_position.assign(static_cast<size_t>(gamma), 0);
+    }
+    if (speculative()) {
+      const auto n = static_cast<size_t>(std::max(gamma, lookup_gamma));
+      res.stats.reached_by_position.assign(n, 0);
+      res.stats.accepted_by_position.assign(n, 0);
+      lookup_reached.assign(n, 0);
+      lookup_accepted.assign(n, 0);
     }
     res.stats.prompt_tokens = static_cast<int64_t>(prompt.size());
+  }
+
+  bool speculative() const { return drafter != nullptr || lookup_gamma > 0; }
+
+  // Conditional acceptance of lookup drafts at position k, from this
+  // sequence's lookup rounds so far: the position's own counts shrunk
+  // towards the rate of every position pooled (weight of 2 rounds), which
+  // itself starts at 0.6 (weight 2). Positions the scheduler never verified
+  // thus take the pooled rate instead of staying at the prior.
+  double lookup_acceptance(int k) const {
+    double acc = 0, reached = 0;
+    for (size_t i = 0; i < lookup_reached.size(); ++i) {
+      acc += static_cast<double>(lookup_accepted[i]);
+      reached += static_cast<double>(lookup_reached[i]);
+    }
+    const double pooled = (acc + 1.2) / (reached + 2.0);
+    const auto i = static_cast<size_t>(k);
+    return (static_cast<double>(lookup_accepted[i]) + 2.0 * pooled) / (static_cast<double>(lookup_reached[i]) + 2.0);
+  }
+
+  // A lookup draft of at most `g` tokens for the coming round; false when
+  // the history holds no match.
+  bool draft_lookup(int g) {
+    std::vector<TokenId> toks = lookup_draft(history, spec.lookup.min_ngram, spec.lookup.max_ngram, g);
+    if (toks.empty()) return false;
+    dr_lookup = true;
+    for (int k = 0; k < static_cast<int>(toks.size()); ++k) {
+      const double c = lookup_acceptance(k);
+      dr.conf_logits.push_back(static_cast<float>(std::log(c / (1.0 - c))));
+      if (!opts.sampling.greedy()) dr.q.push_back(Distribution{{toks[static_cast<size_t>(k)]}, {1.f}});
+    }
+    dr.tokens = std::move(toks);
+    return true;
+  }
+
+  // With an SPS curve: whether a drafter round is expected to emit tokens
+  // faster than a plain step, from this sequence's drafter rounds so far —
+  // (1 + mean accepted) / (1 / SPS(1 + mean verified) + mean drafting time)
+  // against SPS(1). The first 8 rounds always draft, and a drafter that does
+  // not pay still drafts every 8th round so that the estimate can recover.
+  bool drafter_pays() {
+    constexpr int64_t kExplore = 8;
+    if (spec.sps.empty() || drafter_rounds < kExplore || ++rounds_since_drafter >= kExplore) return true;
+    const double n = static_cast<double>(drafter_rounds);
+    const double tokens = 1.0 + static_cast<double>(drafter_accepted) / n;
+    const auto b = 1 + static_cast<int64_t>(std::lround(static_cast<double>(drafter_verified) / n));
+    const double t_round = 1.0 / sps_at(spec.sps, b) + drafter_s / n;
+    return tokens / t_round > sps_at(spec.sps, 1);
   }
 
   bool is_stop(TokenId t) const {
@@ -74,6 +143,7 @@ struct SpecSession::Impl {
       return finish();
     }
     res.tokens.push_back(t);
+    if (lookup_gamma > 0) history.push_back(t);
     if (opts.on_token && !opts.on_token(t)) return finish();
     if (static_cast<int64_t>(res.tokens.size()) >= opts.n_predict) return finish();
     return true;
@@ -137,6 +207,15 @@ int64_t SpecSession::prefill_remaining() const {
 }
 void SpecSession::set_prefill_chunk(int64_t n) { impl_->chunk = std::clamp<int64_t>(n, 1, std::max<int64_t>(prefill_remaining(), 1)); }
 const std::vector<float>& SpecSession::conf_logits() const { return impl_->dr.conf_logits; }
+bool SpecSession::lookup_round() const { return impl_->dr_lookup; }
+std::vector<double> SpecSession::survival(const std::vector<double>& temperatures) const {
+  const Impl& s = *impl_;
+  if (!s.dr_lookup) return calibrated_survival(s.dr.conf_logits, temperatures);
+  std::vector<double> a;
+  double run = 1.0;
+  for (size_t k = 0; k < s.dr.tokens.size(); ++k) a.push_back(run *= s.lookup_acceptance(static_cast<int>(k)));
+  return a;
+}
 int SpecSession::max_verify() const { return impl_->ell; }
 const TapRequest& SpecSession::taps() const { return impl_->taps; }
 GenerateResult& SpecSession::result() { return impl_->res; }
@@ -148,14 +227,19 @@ void SpecSession::set_verify_length(int ell) { impl_->ell = std::clamp(ell, 0, i
 void SpecSession::draft() {
   Impl& s = *impl_;
   s.dr = Draft{};
+  s.dr_lookup = false;
   s.ell = 0;
-  if (s.done || !s.prefilled || !s.drafter) return;
+  if (s.done || !s.prefilled || !s.speculative()) return;
   const int64_t room = s.cache.max_tokens() - s.cache.size() - 1;
   const int64_t budget = s.opts.n_predict - static_cast<int64_t>(s.res.tokens.size());
-  const int g = static_cast<int>(std::min<int64_t>({s.gamma, room, budget}));
-  if (g <= 0) return;
   const auto t0 = Clock::now();
-  s.dr = s.drafter->draft(s.ds, s.anchor, g, s.opts.sampling, s.rng);
+  const int g_lookup = static_cast<int>(std::min<int64_t>({s.lookup_gamma, room, budget}));
+  const int g = static_cast<int>(std::min<int64_t>({s.gamma, room, budget}));
+  if (!(g_lookup > 0 && s.draft_lookup(g_lookup)) && s.drafter && g > 0 && s.drafter_pays()) {
+    s.dr = s.drafter->draft(s.ds, s.anchor, g, s.opts.sampling, s.rng);
+    s.rounds_since_drafter = 0;
+    s.drafter_s += seconds(t0, Clock::now());
+  }
   s.res.stats.draft_s += seconds(t0, Clock::now());
   s.ell = static_cast<int>(s.dr.tokens.size());
 }
@@ -163,6 +247,7 @@ void SpecSession::draft() {
 void SpecSession::skip_draft() {
   Impl& s = *impl_;
   s.dr = Draft{};
+  s.dr_lookup = false;
   s.ell = 0;
 }
 
@@ -211,20 +296,33 @@ void SpecSession::consume(const ForwardOut& out) {
   } else {
     n_acc = s.verify_sampled(logits, V, next);
   }
-  if (s.drafter) {
+  if (s.speculative()) {
     ++st.rounds;
     st.drafted += ell;
     st.accepted += n_acc;
     for (int k = 0; k < ell && k <= n_acc; ++k) {
       ++st.reached_by_position[k];
       if (k < n_acc) ++st.accepted_by_position[k];
+      if (s.dr_lookup) {
+        ++s.lookup_reached[k];
+        if (k < n_acc) ++s.lookup_accepted[k];
+      }
     }
-    if (s.spec.on_round)
-      for (int k = 0; k < ell; ++k) s.spec.on_round(k, s.dr.conf_logits[k], k < n_acc);
+    if (s.dr_lookup) {
+      ++st.lookup_rounds;
+      st.lookup_drafted += ell;
+      st.lookup_accepted += n_acc;
+    } else if (!s.dr.tokens.empty()) {
+      ++s.drafter_rounds;
+      s.drafter_verified += ell;
+      s.drafter_accepted += n_acc;
+      if (s.spec.on_round)
+        for (int k = 0; k < ell; ++k) s.spec.on_round(k, s.dr.conf_logits[k], k < n_acc);
+    }
     // Roll back the rejected tail; the anchor and accepted drafts extend the
     // drafter's context.
     s.cache.trim(ell - n_acc);
-    s.drafter->append_context(s.ds, out.taps.narrow(0, 0, n_acc + 1));
+    if (s.drafter) s.drafter->append_context(s.ds, out.taps.narrow(0, 0, n_acc + 1));
   }
   for (int k = 0; k < n_acc; ++k)
     if (!s.emit(s.dr.tokens[k])) return;

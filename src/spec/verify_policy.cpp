@@ -3,16 +3,17 @@
 
 #include <algorithm>
 
-#include "dspark/spec/calibration.hpp"
 #include "dspark/spec/scheduler.hpp"
 #include "dspark/spec/session.hpp"
 
 namespace dspark {
 
-VerifyPolicy::VerifyPolicy(const SpecOptions& spec, const DraftModel* drafter) : drafter_(drafter) {
-  if (!drafter) return;
-  mode_ = !spec.sps.empty() ? Mode::Sps : spec.prune ? Mode::Thresholds : Mode::Off;
+VerifyPolicy::VerifyPolicy(const SpecOptions& spec, const DraftModel* drafter)
+    : speculative_(drafter != nullptr || spec.lookup.enabled()) {
+  if (!speculative_) return;
+  mode_ = !spec.sps.empty() ? Mode::Sps : spec.prune && drafter ? Mode::Thresholds : Mode::Off;
   sps_ = spec.sps;
+  if (!drafter) return;
   survival_temperatures_ = drafter->calibrated_temperatures();
   if (!spec.prune) return;
   // Checkpoint thresholds are on calibrated survival when the checkpoint
@@ -40,20 +41,21 @@ std::vector<double> shifted_curve(const std::vector<double>& sps, size_t n, int6
 }  // namespace
 
 bool VerifyPolicy::drafting_pays(int64_t decoding, int64_t prefill_tokens) const {
-  if (!drafter_ || decoding <= 0) return false;
+  if (!speculative_ || decoding <= 0) return false;
   if (mode_ != Mode::Sps) return true;
   return any_draft_can_pay(decoding, shifted_curve(sps_, static_cast<size_t>(decoding) + 1, prefill_tokens));
 }
 
 void VerifyPolicy::plan(std::span<SpecSession* const> drafted, int64_t prefill_tokens) const {
-  if (!drafter_ || drafted.empty()) return;
+  if (!speculative_ || drafted.empty()) return;
   if (!thresholds_.empty())
-    for (SpecSession* s : drafted) s->set_verify_length(prune_length(s->conf_logits(), thresholds_, prune_temperatures_));
+    for (SpecSession* s : drafted)
+      if (!s->lookup_round()) s->set_verify_length(prune_length(s->conf_logits(), thresholds_, prune_temperatures_));
   if (mode_ != Mode::Sps) return;
   std::vector<std::vector<double>> survival;
   size_t candidates = 0;
   for (SpecSession* s : drafted) {
-    std::vector<double> a = calibrated_survival(s->conf_logits(), survival_temperatures_);
+    std::vector<double> a = s->survival(survival_temperatures_);
     a.resize(std::min<size_t>(a.size(), static_cast<size_t>(s->max_verify())));
     candidates += a.size();
     survival.push_back(std::move(a));
@@ -61,7 +63,11 @@ void VerifyPolicy::plan(std::span<SpecSession* const> drafted, int64_t prefill_t
   try {
     const ScheduleResult r =
         schedule_prefixes(survival, shifted_curve(sps_, drafted.size() + candidates, prefill_tokens));
-    for (size_t i = 0; i < drafted.size(); ++i) drafted[i]->set_verify_length(r.lengths[i]);
+    // A lookup round verifies at least its first token: its acceptance
+    // estimate learns only from verified positions, and would otherwise
+    // stay at the first low value it reached (one more row per call).
+    for (size_t i = 0; i < drafted.size(); ++i)
+      drafted[i]->set_verify_length(drafted[i]->lookup_round() ? std::max(r.lengths[i], 1) : r.lengths[i]);
   } catch (const std::exception&) {
     // A degenerate survival or curve: verify what pruning left.
   }

@@ -28,7 +28,8 @@ namespace dspark {
 
 class SpecSession {
  public:
-  /// `drafter` may be null: plain decoding (one token per target call).
+  /// `drafter` may be null: plain decoding (one token per target call), or
+  /// lookup drafts alone when spec.lookup is enabled.
   /// Throws InvalidArgument for invalid sampling parameters, a prompt that
   /// does not fit the context, or a drafter built for another target.
   SpecSession(TargetModel& target, const DraftModel* drafter, std::vector<TokenId> prompt,
@@ -54,8 +55,16 @@ class SpecSession {
   /// Prepares a round without drafting: the next target call verifies the
   /// anchor only (a plain decoding step). Used when drafting cannot pay.
   void skip_draft();
-  /// Raw confidence logits z_k of the current draft ([g], empty when none).
+  /// Raw confidence logits z_k of the current draft ([g], empty when none);
+  /// for a lookup draft, the logits of its running acceptance estimates.
   const std::vector<float>& conf_logits() const;
+  /// Whether the current draft came from prompt lookup (SpecOptions::lookup).
+  bool lookup_round() const;
+  /// Estimated survival of the current draft, â_k = P(positions 0..k all
+  /// accepted) ([g]): for a drafter draft calibrated_survival(conf_logits(),
+  /// temperatures); for a lookup draft the product of this sequence's
+  /// per-position lookup acceptance so far (shrunk towards the pooled rate).
+  std::vector<double> survival(const std::vector<double>& temperatures) const;
   /// The current verify length (0: verify the anchor only): the drafted
   /// length until set_verify_length() shortens it.
   int max_verify() const;

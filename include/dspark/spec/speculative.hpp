@@ -23,6 +23,7 @@
 
 #include "dspark/spec/drafter.hpp"
 #include "dspark/spec/generate.hpp"
+#include "dspark/spec/lookup.hpp"
 
 namespace dspark {
 
@@ -47,6 +48,12 @@ struct SpecOptions {
   /// verify tokens (sps[B-1]); after drafting (and pruning, if on) the verify
   /// length is cut to schedule_single() of the calibrated survival.
   std::vector<double> sps;
+  /// Prompt-lookup drafts (lookup.hpp): when enabled, a round whose history
+  /// holds a match drafts from it (up to lookup.max_draft tokens, never
+  /// pruned by the drafter's thresholds); other rounds use the drafter. With
+  /// no drafter, lookup drafts alone make decoding speculative.
+  LookupOptions lookup;
+  /// Called for drafter rounds only (lookup rounds have no confidence head).
   RoundCallback on_round;
 };
 

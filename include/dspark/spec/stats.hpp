@@ -19,6 +19,9 @@ struct GenerateStats {
   int64_t drafted = 0;
   int64_t accepted = 0;
   int64_t rounds = 0;
+  int64_t lookup_rounds = 0;    // rounds drafted by prompt lookup (lookup.hpp)
+  int64_t lookup_drafted = 0;
+  int64_t lookup_accepted = 0;
   double draft_s = 0;
   double verify_s = 0;
   std::vector<int64_t> reached_by_position;   // [γ] rounds whose draft reached position k

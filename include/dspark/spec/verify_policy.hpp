@@ -30,7 +30,11 @@ class VerifyPolicy {
  public:
   enum class Mode { Off, Thresholds, Sps };
 
-  /// `drafter` null: plain decoding (every method is then a no-op).
+  /// `drafter` null: plain decoding (every method is then a no-op), unless
+  /// spec.lookup is enabled (lookup drafts: off or sps mode). Lookup drafts
+  /// are never pruned by thresholds; the scheduler weighs them by their
+  /// running acceptance (SpecSession::survival) and verify at least their first
+  /// token, so that the estimate keeps learning.
   VerifyPolicy(const SpecOptions& spec, const DraftModel* drafter);
 
   Mode mode() const { return mode_; }
@@ -48,7 +52,7 @@ class VerifyPolicy {
 
  private:
   Mode mode_ = Mode::Off;
-  const DraftModel* drafter_ = nullptr;
+  bool speculative_ = false;
   std::vector<double> thresholds_;          // pruning thresholds (empty: no pruning)
   std::vector<double> prune_temperatures_;  // empty: thresholds apply to σ(z_k)
   std::vector<double> sps_;                 // sps mode: SPS(B), B = 1..size()
