@@ -212,11 +212,11 @@ TEST_F(Cli, LookupDraftsAreLosslessAloneAndWithTheDrafter) {
   // A prompt whose answer repeats itself: lookup drafts fire and are accepted.
   const std::string base = "generate -m smollm2 --chat --temp 0 -n 48 --json -p \"Write a poem where every line "
                            "starts with 'The sea is'.\" ";
-  auto plain = run_dspark(base + "--drafter none --lookup-ngram 0", tmp);
+  auto plain = run_dspark(base + "--drafter none", tmp);
   ASSERT_EQ(plain.status, 0) << plain.err;
   const auto p = nlohmann::json::parse(plain.out);
-  EXPECT_FALSE(p.at("stats").contains("tau")) << "--drafter none --lookup-ngram 0 is plain decoding";
-  for (const std::string extra : {"--drafter none", "--drafter none --lookup-ngram 1 --lookup-draft-max 5",
+  EXPECT_FALSE(p.at("stats").contains("tau")) << "--drafter none is plain decoding unless --lookup-ngram is given";
+  for (const std::string extra : {"--drafter none --lookup-ngram 2", "--drafter none --lookup-ngram 1 --lookup-draft-max 5",
                                   "--lookup-ngram 3 --lookup-ngram-max 6", ""}) {
     auto r = run_dspark(base + extra, tmp);
     ASSERT_EQ(r.status, 0) << extra << ": " << r.err;

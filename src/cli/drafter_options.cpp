@@ -27,10 +27,10 @@ void DrafterOptions::add(CLI::App& app, bool with_schedule) {
                                    "per-position confidence thresholds a,b,... ('none' disables calibration "
                                    "thresholds)");
   app.add_flag("--no-prune", no_prune, "verify every drafted token (no confidence pruning)");
-  app.add_option("--lookup-ngram", lookup.min_ngram,
+  lookup_opt_ = app.add_option("--lookup-ngram", lookup.min_ngram,
                  "prompt-lookup drafts: shortest n-gram of the text so far matched earlier in it; a "
-                 "match drafts what followed it, other rounds use the drafter (0 = off; with "
-                 "--drafter none, lookup drafts alone)")
+                 "match drafts what followed it, other rounds use the drafter (0 = off; on by default "
+                 "with a drafter; with --drafter none, lookup drafts alone when given)")
       ->check(CLI::Range(0, 64))
       ->capture_default_str();
   app.add_option("--lookup-ngram-max", lookup.max_ngram, "prompt-lookup drafts: longest n-gram tried first")
@@ -130,17 +130,20 @@ void DrafterOptions::measure_profile(TargetModel& target) const {
 
 SpecOptions DrafterOptions::spec(TargetModel* target) const {
   if (std::isnan(min_conf)) throw InvalidArgument("--min-conf: expected a number in [0, 1], got nan");
+  // With no drafter, lookup drafts only when asked for: `--drafter none` is plain decoding.
+  LookupOptions lk = lookup;
+  if (drafter_gamma_ == 0 && (lookup_opt_ == nullptr || lookup_opt_->count() == 0)) lk.min_ngram = 0;
   SpecOptions s;
   s.gamma = gamma;
-  if (lookup.enabled() && lookup.max_ngram < lookup.min_ngram)
-    throw InvalidArgument("--lookup-ngram-max: expected at least --lookup-ngram = " +
-                          std::to_string(lookup.min_ngram) + ", got " + std::to_string(lookup.max_ngram));
-  s.lookup = lookup;
+  if (lk.enabled() && lk.max_ngram < lk.min_ngram)
+    throw InvalidArgument("--lookup-ngram-max: expected at least --lookup-ngram = " + std::to_string(lk.min_ngram) +
+                          ", got " + std::to_string(lk.max_ngram));
+  s.lookup = lk;
   std::string schedule = this->schedule;
   if (schedule == "auto") {
     const bool explicit_pruning = min_conf >= 0 || !thresholds.empty();
     bool have_profile = !profile.empty() || measured_sps_.has_value();
-    const bool wants_profile = !explicit_pruning && !no_prune && (drafter_gamma_ > 0 || lookup.enabled());
+    const bool wants_profile = !explicit_pruning && !no_prune && (drafter_gamma_ > 0 || lk.enabled());
     if (!have_profile && wants_profile && std::filesystem::exists(default_profile_path(profile_key_))) {
       // The default profile was written by this program; when it cannot be
       // read (damaged, or from an incompatible version), measure a new one

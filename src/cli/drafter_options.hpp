@@ -17,9 +17,10 @@ struct DrafterOptions {
   double min_conf = -1.0;
   std::string thresholds;        // "a,b,..."; "" = unset; "none" = empty list (disables)
   bool no_prune = false;
-  /// Prompt-lookup drafts next to the drafter (--lookup-ngram, 0 = off). On
-  /// by default at n = 2: on this machine's dev prompts it beat the drafter
-  /// alone at T = 0 and 0.7 (docs/interop.md).
+  /// Prompt-lookup drafts (--lookup-ngram, 0 = off). On by default at n = 2
+  /// next to a drafter (on the dev prompts it beat the drafter alone at T = 0
+  /// and 0.7, docs/interop.md); with no drafter only when --lookup-ngram is
+  /// given, so that `--drafter none` stays plain decoding.
   LookupOptions lookup = default_lookup();
   static LookupOptions default_lookup() {
     LookupOptions o;
@@ -58,6 +59,7 @@ struct DrafterOptions {
   void measure_profile(TargetModel& target) const;
 
   CLI::Option* thresholds_opt_ = nullptr;  // set by add(): tells "--thresholds ''" from no option
+  CLI::Option* lookup_opt_ = nullptr;      // set by add(): whether --lookup-ngram was given
   mutable std::string target_id_;     // set by load()
   mutable std::string profile_key_;   // sps_profile_key of the target, set by load()
   mutable std::string resolved_dir_;  // set by load()
