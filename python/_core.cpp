@@ -46,7 +46,7 @@ struct RequestOptions {
 class Model {
  public:
   Model(const std::string& path, const std::string& drafter, int threads, const std::string& compute,
-        int64_t ctx_size, int parallel) {
+        int64_t ctx_size, int parallel, int lookup_ngram) {
     if (threads < 1) throw InvalidArgument("threads must be at least 1, got " + std::to_string(threads));
     if (ctx_size < 0) throw InvalidArgument("n_ctx must be >= 0, got " + std::to_string(ctx_size));
     cli::ModelOptions mo;
@@ -61,6 +61,11 @@ class Model {
     ctx_size_ = ctx_size;
     cli::DrafterOptions dopt;
     dopt.drafter = drafter;
+    if (lookup_ngram > 64) throw InvalidArgument("lookup_ngram must be in [0, 64], got " + std::to_string(lookup_ngram));
+    if (lookup_ngram >= 0) {  // < 0: the default (2 with a drafter, off without)
+      dopt.lookup.min_ngram = lookup_ngram;
+      dopt.lookup_explicit = true;
+    }
     drafter_ = dopt.load(path, *model_.target);
     drafter_dir_ = dopt.resolved_dir();
     serve::EngineOptions eo;
@@ -265,9 +270,9 @@ PYBIND11_MODULE(_core, m) {
   });
 
   py::class_<Model>(m, "Model")
-      .def(py::init<const std::string&, const std::string&, int, const std::string&, int64_t, int>(),
+      .def(py::init<const std::string&, const std::string&, int, const std::string&, int64_t, int, int>(),
            py::arg("path"), py::arg("drafter"), py::arg("threads"), py::arg("compute"), py::arg("n_ctx"),
-           py::arg("parallel"), py::call_guard<py::gil_scoped_release>())
+           py::arg("parallel"), py::arg("lookup_ngram"), py::call_guard<py::gil_scoped_release>())
       .def("close", &Model::close)
       .def("tokenize", &Model::tokenize, py::arg("text"), py::arg("add_bos"), py::arg("special"))
       .def("detokenize", &Model::detokenize, py::arg("tokens"))

@@ -231,6 +231,9 @@ TEST_F(Cli, LookupDraftsAreLosslessAloneAndWithTheDrafter) {
 TEST_F(Cli, InvalidLookupOptionsAreRefused) {
   expect_one_line_error(run_dspark("generate -m smollm2 -p hi -n 2 --lookup-ngram 5 --lookup-ngram-max 3", tmp),
                         "--lookup-ngram-max: expected at least --lookup-ngram = 5, got 3");
+  // A shortest n-gram above the default longest (4) raises the longest with it.
+  auto ok = run_dspark("generate -m smollm2 -p hi -n 2 --lookup-ngram 6", tmp);
+  EXPECT_EQ(ok.status, 0) << ok.err;
   auto r = run_dspark("generate -m smollm2 -p hi -n 2 --lookup-draft-max 0", tmp);
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.err.find("--lookup-draft-max"), std::string::npos) << r.err;

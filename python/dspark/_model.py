@@ -40,6 +40,8 @@ class Model:
     wide). compute: "quant" (matmuls on the GGUF blocks) or "bf16". n_ctx: KV
     capacity per request (0: the model's context length). parallel: requests
     decoded together (calls from several threads share one batched engine).
+    lookup_ngram: prompt-lookup drafts, the shortest n-gram matched (dspark
+    --lookup-ngram; 0: off; None: 2 with a drafter, off without one).
     """
 
     def __init__(
@@ -51,14 +53,19 @@ class Model:
         n_ctx: int = 0,
         parallel: int = 4,
         verbose: bool = False,
+        lookup_ngram: int | None = None,
     ):
         _check_type("model_path", model_path, str)
         _check_type("drafter", drafter, str, allow_none=True)
         _check_type("compute", compute, str)
         for name, value in (("threads", threads), ("n_ctx", n_ctx), ("parallel", parallel)):
             _check_type(name, value, int)
+        _check_type("lookup_ngram", lookup_ngram, int, allow_none=True)
+        if lookup_ngram is not None and lookup_ngram < 0:
+            raise ValueError(f"lookup_ngram must be in [0, 64] or None, got {lookup_ngram}")
         self.model_path = model_path
-        self._core = _core.Model(model_path, "none" if drafter is None else drafter, threads, compute, n_ctx, parallel)
+        self._core = _core.Model(model_path, "none" if drafter is None else drafter, threads, compute, n_ctx, parallel,
+                                 -1 if lookup_ngram is None else lookup_ngram)
         self._info = self._core.info()
         stem = model_path.rsplit("/", 1)[-1]
         self.model_name = stem[:-5] if stem.endswith(".gguf") else stem

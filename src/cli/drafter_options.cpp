@@ -33,7 +33,8 @@ void DrafterOptions::add(CLI::App& app, bool with_schedule) {
                  "with a drafter; with --drafter none, lookup drafts alone when given)")
       ->check(CLI::Range(0, 64))
       ->capture_default_str();
-  app.add_option("--lookup-ngram-max", lookup.max_ngram, "prompt-lookup drafts: longest n-gram tried first")
+  lookup_max_opt_ = app.add_option("--lookup-ngram-max", lookup.max_ngram,
+                                   "prompt-lookup drafts: longest n-gram tried first (at least --lookup-ngram)")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
   app.add_option("--lookup-draft-max", lookup.max_draft, "prompt-lookup drafts: most tokens per draft")
@@ -132,7 +133,10 @@ SpecOptions DrafterOptions::spec(TargetModel* target) const {
   if (std::isnan(min_conf)) throw InvalidArgument("--min-conf: expected a number in [0, 1], got nan");
   // With no drafter, lookup drafts only when asked for: `--drafter none` is plain decoding.
   LookupOptions lk = lookup;
-  if (drafter_gamma_ == 0 && (lookup_opt_ == nullptr || lookup_opt_->count() == 0)) lk.min_ngram = 0;
+  const bool given = lookup_explicit || (lookup_opt_ != nullptr && lookup_opt_->count() > 0);
+  if (drafter_gamma_ == 0 && !given) lk.min_ngram = 0;
+  // The longest n-gram follows a larger shortest one unless it was set too.
+  if (lookup_max_opt_ == nullptr || lookup_max_opt_->count() == 0) lk.max_ngram = std::max(lk.max_ngram, lk.min_ngram);
   SpecOptions s;
   s.gamma = gamma;
   if (lk.enabled() && lk.max_ngram < lk.min_ngram)

@@ -22,6 +22,9 @@ struct DrafterOptions {
   /// and 0.7, docs/interop.md); with no drafter only when --lookup-ngram is
   /// given, so that `--drafter none` stays plain decoding.
   LookupOptions lookup = default_lookup();
+  /// Set by callers without a command line (the Python package): lookup.min_ngram
+  /// was chosen explicitly, as if --lookup-ngram had been given.
+  bool lookup_explicit = false;
   static LookupOptions default_lookup() {
     LookupOptions o;
     o.min_ngram = 2;
@@ -60,6 +63,7 @@ struct DrafterOptions {
 
   CLI::Option* thresholds_opt_ = nullptr;  // set by add(): tells "--thresholds ''" from no option
   CLI::Option* lookup_opt_ = nullptr;      // set by add(): whether --lookup-ngram was given
+  CLI::Option* lookup_max_opt_ = nullptr;  // set by add(): whether --lookup-ngram-max was given
   mutable std::string target_id_;     // set by load()
   mutable std::string profile_key_;   // sps_profile_key of the target, set by load()
   mutable std::string resolved_dir_;  // set by load()

@@ -191,3 +191,18 @@ def test_two_threads_with_different_seeds_get_their_solo_results(spec_model):
     for t in threads:
         t.join()
     assert got == solo
+
+
+def test_lookup_drafts_alone_equal_plain(plain_model):
+    import dspark
+
+    prompt = "Write a poem where every line starts with 'The sea is'."
+    with dspark.Model("smollm2", drafter=None, threads=2, lookup_ngram=2) as lookup:
+        got = lookup.create_chat_completion(chat(prompt), max_tokens=48, temperature=0)
+    want = plain_model.create_chat_completion(chat(prompt), max_tokens=48, temperature=0)
+    assert text_of(got) == text_of(want)
+    assert got["dspark"]["speculative"] is True
+    assert got["dspark"]["lookup_rounds"] > 0
+    assert got["dspark"]["lookup_accepted"] > 0
+    with pytest.raises(ValueError, match="lookup_ngram"):
+        dspark.Model("smollm2", drafter=None, lookup_ngram=-1)
