@@ -44,6 +44,8 @@ struct SpecSession::Impl {
   int ell = 0;         // verify length for the current round
   std::vector<TokenId> history;  // prompt ++ emitted tokens (lookup drafts)
   std::vector<int64_t> lookup_reached, lookup_accepted;  // per position, lookup rounds
+  int64_t lookup_reached_all = 0, lookup_accepted_all = 0;  // their sums
+  std::vector<double> dr_acceptance;  // a lookup draft's estimated acceptance per position
   // Drafter rounds of this sequence: count, verified and accepted positions,
   // drafting time; and rounds since the drafter last ran (drafter_pays()).
   int64_t drafter_rounds = 0, drafter_verified = 0, drafter_accepted = 0, rounds_since_drafter = 0;
@@ -91,12 +93,8 @@ struct SpecSession::Impl {
   // itself starts at 0.6 (weight 2). Positions the scheduler never verified
   // thus take the pooled rate instead of staying at the prior.
   double lookup_acceptance(int k) const {
-    double acc = 0, reached = 0;
-    for (size_t i = 0; i < lookup_reached.size(); ++i) {
-      acc += static_cast<double>(lookup_accepted[i]);
-      reached += static_cast<double>(lookup_reached[i]);
-    }
-    const double pooled = (acc + 1.2) / (reached + 2.0);
+    const double pooled =
+        (static_cast<double>(lookup_accepted_all) + 1.2) / (static_cast<double>(lookup_reached_all) + 2.0);
     const auto i = static_cast<size_t>(k);
     return (static_cast<double>(lookup_accepted[i]) + 2.0 * pooled) / (static_cast<double>(lookup_reached[i]) + 2.0);
   }
@@ -107,8 +105,10 @@ struct SpecSession::Impl {
     std::vector<TokenId> toks = lookup_draft(history, spec.lookup.min_ngram, spec.lookup.max_ngram, g);
     if (toks.empty()) return false;
     dr_lookup = true;
+    dr_acceptance.clear();
     for (int k = 0; k < static_cast<int>(toks.size()); ++k) {
       const double c = lookup_acceptance(k);
+      dr_acceptance.push_back(c);
       dr.conf_logits.push_back(static_cast<float>(std::log(c / (1.0 - c))));
       if (!opts.sampling.greedy()) dr.q.push_back(Distribution{{toks[static_cast<size_t>(k)]}, {1.f}});
     }
@@ -213,7 +213,7 @@ std::vector<double> SpecSession::survival(const std::vector<double>& temperature
   if (!s.dr_lookup) return calibrated_survival(s.dr.conf_logits, temperatures);
   std::vector<double> a;
   double run = 1.0;
-  for (size_t k = 0; k < s.dr.tokens.size(); ++k) a.push_back(run *= s.lookup_acceptance(static_cast<int>(k)));
+  for (double c : s.dr_acceptance) a.push_back(run *= c);
   return a;
 }
 int SpecSession::max_verify() const { return impl_->ell; }
@@ -305,7 +305,11 @@ void SpecSession::consume(const ForwardOut& out) {
       if (k < n_acc) ++st.accepted_by_position[k];
       if (s.dr_lookup) {
         ++s.lookup_reached[k];
-        if (k < n_acc) ++s.lookup_accepted[k];
+        ++s.lookup_reached_all;
+        if (k < n_acc) {
+          ++s.lookup_accepted[k];
+          ++s.lookup_accepted_all;
+        }
       }
     }
     if (s.dr_lookup) {
