@@ -592,7 +592,7 @@ class ServerProcess {
   // /health; returns the port, or -1 (with the log in `why`).
   int wait_ready(std::string& why) {
     const std::regex re(R"(listening on http://[^:]+:(\d+))");
-    for (int i = 0; i < 1800; ++i) {  // up to 180 s (model load on a busy machine)
+    for (int i = 0; i < 1800 * test::slowdown(); ++i) {  // up to 180 s (model load on a busy machine)
       std::smatch m;
       const std::string text = log();
       if (port_ < 0 && std::regex_search(text, m, re)) port_ = std::stoi(m[1]);
@@ -612,7 +612,7 @@ class ServerProcess {
   // SIGTERM, then the exit status (-1: had to be killed).
   int stop() {
     ::kill(pid_, SIGTERM);
-    for (int i = 0; i < 300; ++i) {
+    for (int i = 0; i < 300 * test::slowdown(); ++i) {
       int status = 0;
       if (::waitpid(pid_, &status, WNOHANG) == pid_) {
         reaped_ = true;
@@ -651,7 +651,7 @@ class ServeOpenAI : public ::testing::Test {
     const int port = server.wait_ready(why);
     ASSERT_GT(port, 0) << why;
     // A second server on the same port is refused, not let in to share it.
-    const std::string second = "timeout 60 " + std::string(DSPARK_BINARY) +
+    const std::string second = "timeout " + std::to_string(60 * test::slowdown()) + " " + std::string(DSPARK_BINARY) +
                                " serve -m smollm2 --drafter none --host 127.0.0.1 --port " + std::to_string(port) +
                                " >" + tmp_.file("second.log") + " 2>&1";
     const int rc2 = std::system(second.c_str());

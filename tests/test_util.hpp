@@ -43,6 +43,15 @@ class ThreadCount {
   int saved_;
 };
 
+/// How many times slower than a plain build this test process runs
+/// ($DSPARK_TEST_SLOWDOWN, default 1; the sanitizer scripts set it): waits
+/// that depend on decoding speed are multiplied by it.
+inline int slowdown() {
+  const char* s = std::getenv("DSPARK_TEST_SLOWDOWN");
+  const int k = s && *s ? std::atoi(s) : 1;
+  return k >= 1 ? k : 1;
+}
+
 /// $DSPARK_HOME (default $HOME/.cache/dspark) + "/models/" + file.
 inline std::string models_file(const std::string& file) {
   std::string home;

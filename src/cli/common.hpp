@@ -22,7 +22,8 @@ struct ModelOptions {
   void add(CLI::App& app);
   /// The --compute choice.
   ops::Compute compute_mode() const;
-  /// Applies the thread count to ATen (at::set_num_threads).
+  /// Applies the thread count to ATen (at::set_num_threads); 1 in a
+  /// ThreadSanitizer build (see common.cpp).
   void apply_threads() const;
 };
 

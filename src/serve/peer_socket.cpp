@@ -4,50 +4,96 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 
 #include <cerrno>
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <utility>
+#include <vector>
 
 namespace dspark::serve {
 
 namespace {
 
-// Numeric host and port of a socket address (empty host for other families).
-std::pair<std::string, int> host_port(const sockaddr_storage& a) {
-  char buf[INET6_ADDRSTRLEN] = {};
-  if (a.ss_family == AF_INET) {
-    const auto& v4 = reinterpret_cast<const sockaddr_in&>(a);
-    inet_ntop(AF_INET, &v4.sin_addr, buf, sizeof buf);
-    return {buf, ntohs(v4.sin_port)};
+// An address as the kernel writes it in /proc/net/tcp and tcp6: each 32-bit
+// word of the address as stored (network byte order) printed with %08X on
+// this host, then ':' and the port as %04X.
+std::string proc_net_address(const unsigned char* addr, std::size_t bytes, int port) {
+  std::string out;
+  char word[16];
+  for (std::size_t i = 0; i < bytes; i += 4) {
+    std::uint32_t v = 0;
+    std::memcpy(&v, addr + i, 4);
+    std::snprintf(word, sizeof word, "%08X", v);
+    out += word;
   }
-  if (a.ss_family == AF_INET6) {
-    const auto& v6 = reinterpret_cast<const sockaddr_in6&>(a);
-    inet_ntop(AF_INET6, &v6.sin6_addr, buf, sizeof buf);
-    return {buf, ntohs(v6.sin6_port)};
+  std::snprintf(word, sizeof word, ":%04X", port);
+  return out + word;
+}
+
+// The forms (table, text) an endpoint can take: an IPv4 address in
+// /proc/net/tcp, or as an IPv4-mapped IPv6 address in /proc/net/tcp6 (a
+// dual-stack listener); an IPv6 address in /proc/net/tcp6.
+std::vector<std::pair<std::string, std::string>> proc_net_forms(const std::string& host, int port) {
+  std::vector<std::pair<std::string, std::string>> forms;
+  in_addr v4{};
+  in6_addr v6{};
+  if (inet_pton(AF_INET, host.c_str(), &v4) == 1) {
+    forms.emplace_back("/proc/net/tcp", proc_net_address(reinterpret_cast<const unsigned char*>(&v4), 4, port));
+    unsigned char mapped[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    std::memcpy(mapped + 12, &v4, 4);
+    forms.emplace_back("/proc/net/tcp6", proc_net_address(mapped, 16, port));
+  } else if (inet_pton(AF_INET6, host.c_str(), &v6) == 1) {
+    forms.emplace_back("/proc/net/tcp6", proc_net_address(reinterpret_cast<const unsigned char*>(&v6), 16, port));
   }
-  return {"", -1};
+  return forms;
+}
+
+// The socket inode of the connection with these endpoint texts in `table`;
+// 0 when there is none (TIME_WAIT entries have inode 0 and never match).
+unsigned long connection_inode(const std::string& table, const std::string& local, const std::string& remote) {
+  std::ifstream f(table);
+  std::string line;
+  std::getline(f, line);  // column names
+  while (std::getline(f, line)) {
+    // sl local rem st tx:rx tr:when retrnsmt uid timeout inode ...
+    std::istringstream in(line);
+    std::string sl, loc, rem, st, queues, timer, retr, uid, timeout;
+    unsigned long inode = 0;
+    if (!(in >> sl >> loc >> rem >> st >> queues >> timer >> retr >> uid >> timeout >> inode)) continue;
+    if (inode != 0 && loc == local && rem == remote) return inode;
+  }
+  return 0;
 }
 
 }  // namespace
 
 int find_connection_socket(const std::string& local_addr, int local_port, const std::string& remote_addr,
                            int remote_port) {
+  // The connection's socket inode comes from the kernel's TCP table and the
+  // descriptor from /proc/self/fd's links: no system call touches another
+  // connection's descriptor, which another thread may be closing.
+  const auto locals = proc_net_forms(local_addr, local_port);
+  const auto remotes = proc_net_forms(remote_addr, remote_port);
+  unsigned long inode = 0;
+  for (const auto& [table, local] : locals)
+    for (const auto& [rtable, remote] : remotes)
+      if (inode == 0 && table == rtable) inode = connection_inode(table, local, remote);
+  if (inode == 0) return -1;
+  const std::string want = "socket:[" + std::to_string(inode) + "]";
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
+    std::error_code lec;
+    if (std::filesystem::read_symlink(entry.path(), lec).string() != want) continue;
     char* end = nullptr;
     const std::string name = entry.path().filename().string();
     const long fd = std::strtol(name.c_str(), &end, 10);
-    if (end == name.c_str() || *end != '\0') continue;
-    struct stat st {};
-    if (fstat(static_cast<int>(fd), &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
-    sockaddr_storage peer{}, local{};
-    socklen_t pl = sizeof peer, ll = sizeof local;
-    if (getpeername(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&peer), &pl) != 0) continue;
-    if (getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&local), &ll) != 0) continue;
-    if (host_port(peer) == std::pair(remote_addr, remote_port) && host_port(local) == std::pair(local_addr, local_port))
-      return static_cast<int>(fd);
+    if (end != name.c_str() && *end == '\0') return static_cast<int>(fd);
   }
   return -1;
 }

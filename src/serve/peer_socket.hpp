@@ -4,7 +4,9 @@
 // socket nor a way to ask whether the peer is still there; a non-streaming
 // handler writes nothing until the answer is complete. The handler runs on
 // the thread that owns the connection, so the socket is found by its
-// addresses, and its state is read without consuming anything.
+// addresses (the kernel's TCP table, /proc/net/tcp and tcp6, gives its
+// inode; /proc/self/fd gives the descriptor), and its state is read without
+// consuming anything.
 #pragma once
 
 #include <string>
@@ -12,7 +14,8 @@
 namespace dspark::serve {
 
 /// The open socket whose local and peer addresses are the given ones (IPv4
-/// or IPv6, numeric as the HTTP library reports them); -1 when none is.
+/// or IPv6, numeric as the HTTP library reports them); -1 when none is
+/// (or /proc is not mounted: the caller then cannot watch the client).
 int find_connection_socket(const std::string& local_addr, int local_port, const std::string& remote_addr,
                            int remote_port);
 
