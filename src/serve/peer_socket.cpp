@@ -71,6 +71,22 @@ unsigned long connection_inode(const std::string& table, const std::string& loca
   return 0;
 }
 
+// The descriptor of this process whose /proc/self/fd link names socket
+// `inode`; -1 when none does.
+int descriptor_of_socket(unsigned long inode) {
+  const std::string want = "socket:[" + std::to_string(inode) + "]";
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
+    std::error_code link_ec;
+    if (std::filesystem::read_symlink(entry.path(), link_ec).string() != want) continue;
+    char* end = nullptr;
+    const std::string name = entry.path().filename().string();
+    const long fd = std::strtol(name.c_str(), &end, 10);
+    if (end != name.c_str() && *end == '\0') return static_cast<int>(fd);
+  }
+  return -1;
+}
+
 }  // namespace
 
 int find_connection_socket(const std::string& local_addr, int local_port, const std::string& remote_addr,
@@ -78,23 +94,11 @@ int find_connection_socket(const std::string& local_addr, int local_port, const 
   // The connection's socket inode comes from the kernel's TCP table and the
   // descriptor from /proc/self/fd's links: no system call touches another
   // connection's descriptor, which another thread may be closing.
-  const auto locals = proc_net_forms(local_addr, local_port);
-  const auto remotes = proc_net_forms(remote_addr, remote_port);
-  unsigned long inode = 0;
-  for (const auto& [table, local] : locals)
-    for (const auto& [rtable, remote] : remotes)
-      if (inode == 0 && table == rtable) inode = connection_inode(table, local, remote);
-  if (inode == 0) return -1;
-  const std::string want = "socket:[" + std::to_string(inode) + "]";
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
-    std::error_code lec;
-    if (std::filesystem::read_symlink(entry.path(), lec).string() != want) continue;
-    char* end = nullptr;
-    const std::string name = entry.path().filename().string();
-    const long fd = std::strtol(name.c_str(), &end, 10);
-    if (end != name.c_str() && *end == '\0') return static_cast<int>(fd);
-  }
+  for (const auto& [table, local] : proc_net_forms(local_addr, local_port))
+    for (const auto& [remote_table, remote] : proc_net_forms(remote_addr, remote_port))
+      if (table == remote_table)
+        if (const unsigned long inode = connection_inode(table, local, remote); inode != 0)
+          return descriptor_of_socket(inode);
   return -1;
 }
 
