@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc)
 DSPARK := $(BUILD_DIR)/dspark
 PROMPTS ?= $(firstword $(wildcard ../shared/data/dev-prompts.jsonl) data/dev-prompts.jsonl)
 
-.PHONY: setup build cli python test test-full test-asan test-tsan fuzz demo bench clean
+.PHONY: setup build cli python cuda test test-full test-asan test-tsan fuzz demo bench clean
 
 setup:
 	@scripts/setup.sh
@@ -23,6 +23,11 @@ cli: setup $(BUILD_DIR)/build.ninja
 # only the extension module is compiled on top of `cli`.
 python: cli
 	scripts/pip_install_local.sh $(BUILD_DIR)
+
+# A second build tree linked against PyTorch's CUDA libtorch (pip wheel), for
+# `dspark train --device cuda`; runs the GPU-vs-CPU training checks.
+cuda: setup
+	scripts/setup_cuda.sh build-cuda
 
 # Per-test time limits: 20 minutes for the default slice; the exhaustive sweeps
 # (e.g. 20,000-sample chi-square tests, about 25 minutes each) get 90.

@@ -13,10 +13,12 @@
 #include <algorithm>
 #include <functional>
 #include <memory>
+#include <numeric>
 #include <string>
 #include <vector>
 
 #include "dspark/error.hpp"
+#include "dspark/model/aten_forward.hpp"
 #include "dspark/model/target.hpp"
 #include "dspark/spec/speculative.hpp"
 #include "spec_test_util.hpp"
@@ -186,6 +188,58 @@ TEST_P(FamilySuite, GreedySpeculativeEqualsPlain) {
       }
     }
   }
+}
+
+// Largest |a - ref| over the largest |ref|.
+double rel_error(const at::Tensor& a, const at::Tensor& ref) {
+  return (a - ref).abs().max().item<double>() / ref.abs().max().item<double>();
+}
+
+// The ATen forward (what training runs on a GPU) computes what the kernels
+// compute, to rounding: every layer's output, the final hidden and the
+// logits, on a sequence past the sliding window. The kernels round matmul
+// inputs to bf16 (or int8 on quantized weights), so fp32 ATen weights agree
+// to about 1e-2 of the largest value; a swapped RoPE layout, a missing norm
+// or a wrong window gives errors of order 1.
+TEST_P(FamilySuite, AtenForwardMatchesTheKernels) {
+  const auto& i = m().info();
+  const auto toks = tokens(static_cast<size_t>(2 * window() + 9), 50);
+  std::vector<int> all(static_cast<size_t>(i.n_layers));
+  std::iota(all.begin(), all.end(), 0);
+  KVCache c = m().new_cache();
+  const auto ref = m().forward_one(c, toks, Logits::All, TapRequest{all, true});
+  const bool quant = families()[GetParam()].compute == dspark::ops::Compute::Quant;
+  for (const auto wt : {at::kFloat, at::kBFloat16}) {
+    SCOPED_TRACE(c10::toString(wt));
+    const dspark::AtenForward af(m(), {at::kCPU, wt});
+    const auto out = af.forward(toks, Logits::All, TapRequest{all, true});
+    ASSERT_EQ(out.taps.sizes(), ref.taps.sizes());
+    ASSERT_EQ(out.logits.sizes(), ref.logits.sizes());
+    const double tol = (wt == at::kFloat ? 0.015 : 0.025) + (quant ? 0.02 : 0.0);
+    for (int64_t l = 0; l < i.n_layers; ++l) {
+      const auto cols = [&](const at::Tensor& t) { return t.narrow(1, l * i.hidden, i.hidden); };
+      EXPECT_LT(rel_error(cols(out.taps), cols(ref.taps)), tol) << "layer " << l;
+    }
+    EXPECT_LT(rel_error(out.final_hidden, ref.final_hidden), tol);
+    EXPECT_LT(rel_error(out.logits, ref.logits), tol);
+    // The greedy token agrees wherever the kernels' top two logits are
+    // further apart than the largest logit difference allows to swap.
+    const auto top2 = std::get<0>(ref.logits.topk(2, -1));
+    const auto clear = (top2.select(1, 0) - top2.select(1, 1)) > 2 * (out.logits - ref.logits).abs().max();
+    EXPECT_GT((clear.sum().item<int64_t>()), 0);
+    EXPECT_TRUE(at::equal(out.logits.argmax(-1).masked_select(clear), ref.logits.argmax(-1).masked_select(clear)));
+    // Logits::Last is the last row of Logits::All (to rounding: ATen's
+    // products are not batch-invariant); no logits asked, none given.
+    EXPECT_TRUE(at::allclose(af.forward(toks, Logits::Last).logits, out.logits.narrow(0, out.logits.size(0) - 1, 1),
+                             1e-4, 1e-4));
+    EXPECT_FALSE(af.forward(toks, Logits::None).logits.defined());
+  }
+  const dspark::AtenForward af(m(), {at::kCPU, at::kFloat});
+  EXPECT_THROW(af.forward(std::vector<TokenId>{}, Logits::Last), InvalidArgument);
+  EXPECT_THROW(af.forward(std::vector<TokenId>{0, static_cast<TokenId>(i.vocab)}, Logits::Last), InvalidArgument);
+  EXPECT_THROW(af.forward(toks, Logits::None, TapRequest{{static_cast<int>(i.n_layers)}, false}), InvalidArgument);
+  EXPECT_THROW(m().layer_recipe(i.n_layers), InvalidArgument);
+  EXPECT_THROW(dspark::AtenForward(m(), {at::kCPU, at::kHalf}), InvalidArgument);
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, FamilySuite, ::testing::Range<size_t>(0, families().size()),

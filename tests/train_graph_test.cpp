@@ -11,6 +11,7 @@
 //    distribution equals the inference path's, and the draft-vocabulary loss
 //    passes the same gradient check.
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -377,7 +378,7 @@ void check_loss_gradient(SeqHead head, bool with_draft_vocab) {
   l0.total.backward();
 
   auto f = [&]() {
-    at::NoGradGuard ng;
+    c10::NoGradGuard ng;
     GraphOut o = graph.forward(params, feats, t.anchors, t.prev_tokens);
     return dspark_loss(o, pt, t, opts, 0.0, c_star).total.item<double>();
   };

@@ -269,6 +269,41 @@ TEST(TrainLoss, LossMatchesClosedForm) {
   EXPECT_TRUE(!lg.grad().defined() || lg.grad().abs().max().item<double>() == 0.0);
 }
 
+// Off the CPU (and with LossOptions::kernels false) the loss runs in ATen
+// ops: the same values and gradients as the fused CPU kernel, with full and
+// draft-vocabulary labels (-1: no CE term).
+TEST(TrainLoss, AtenOpsLossEqualsTheFusedKernel) {
+  const int64_t N = 3, G = 4, V = 7;
+  at::manual_seed(5);
+  const at::Tensor logits = at::randn({N, G, V}, at::kDouble) * 2;
+  const at::Tensor pt = at::softmax(at::randn({N, G, V}, at::kDouble) * 3, -1) * 0.9;  // 0.1 outside
+  const at::Tensor z = at::randn({N, G}, at::kDouble);
+  SlotTargets t;
+  t.anchors = at::tensor({1, 2, 3}, at::kLong);
+  t.labels = at::randint(0, V, {N, G}, at::kLong);
+  t.valid = at::tensor({1, 1, 1, 0, 1, 1, 0, 0, 1, 1, 1, 1}, at::kInt).to(at::kBool).view({N, G});
+  t.prev_tokens = at::zeros({N, G}, at::kLong);
+  t.target_pos = at::zeros({N, G}, at::kLong);
+  for (const bool draft : {false, true}) {
+    SCOPED_TRACE(draft ? "draft labels" : "labels");
+    if (draft) t.draft_labels = t.labels.masked_fill(t.labels == 2, -1);
+    std::vector<double> terms[2];
+    at::Tensor grads[2];
+    for (const bool kernels : {true, false}) {
+      const at::Tensor lg = logits.clone().requires_grad_(true), zg = z.clone().requires_grad_(true);
+      LossOptions o;
+      o.kernels = kernels;
+      const LossTerms r = dspark_loss(GraphOut{at::Tensor(), lg, zg}, pt, t, o);
+      r.total.backward();
+      terms[kernels] = {r.ce, r.l1, r.bce, r.total.item<double>()};
+      grads[kernels] = at::cat({lg.grad().view({-1}), zg.grad().view({-1})});
+    }
+    for (size_t k = 0; k < 4; ++k) EXPECT_NEAR(terms[0][k], terms[1][k], 1e-12) << k;
+    EXPECT_GT(grads[1].abs().max().item<double>(), 1e-3);
+    EXPECT_LT((grads[0] - grads[1]).abs().max().item<double>(), 1e-12);
+  }
+}
+
 TEST(TrainLoss, AcceptanceStatistics) {
   // Two anchors, γ = 3. Anchor 0: drafter argmax matches the target at
   // slots 0 and 2 but not 1 → greedy τ = 2. Anchor 1: all match, but slot 2

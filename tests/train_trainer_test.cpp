@@ -6,8 +6,10 @@
 // The overfit test runs on a tiny random Llama by default; with
 // DSPARK_TEST_FULL=1 it also runs on SmolLM2-135M-Instruct.
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
+#include <torch/cuda.h>
 
 #include <chrono>
 #include <cmath>
@@ -462,6 +464,78 @@ TEST(TrainTrainer, TrainsOnADraftVocabulary) {
   EXPECT_EQ(tr.drafter().config().draft_vocab, dv.ids);
 }
 
+// The computation of a GPU run (`--device cuda`), on the CPU (`--aten-only`):
+// the target as AtenForward and every product in ATen ops train like the
+// kernels to rounding, on the full and on a draft vocabulary, and resume bit
+// for bit. With a CUDA device the same run there agrees with it (else that
+// part is skipped, and asking for CUDA is a clear error).
+TEST(TrainTrainer, AtenOnlyTrainsLikeTheKernels) {
+  TinySetup s;
+  const std::string data = s.dir.file("data");
+  write_dataset(data, s.target->info().id, random_sequences(6, 30, 6, 60, 8));  // tokens 3..59
+  const DraftVocab dv = select_draft_vocab(TrainDataset::load(data), 40, s.target->info().vocab, {1, 2});
+  struct Run {
+    std::vector<double> losses;
+    double tau = 0;
+  };
+  auto run = [&](TrainConfig c) {
+    Trainer t(c, *s.target);
+    Run r;
+    for (int i = 0; i < 4; ++i) r.losses.push_back(t.step().loss);
+    r.tau = t.evaluate().acceptance.mean_tau_greedy();
+    return r;
+  };
+  int n = 0;
+  for (const bool draft : {false, true}) {
+    SCOPED_TRACE(draft ? "draft vocabulary" : "full vocabulary");
+    TrainConfig c = s.config(data, s.dir.file("k" + std::to_string(n++)));
+    if (draft) c.drafter.draft_vocab = dv.ids;
+    const Run kernels = run(c);
+    c.out_dir = s.dir.file("a" + std::to_string(n++));
+    c.aten_only = true;
+    const Run aten = run(c);
+    for (size_t k = 0; k < kernels.losses.size(); ++k)
+      EXPECT_NEAR(aten.losses[k], kernels.losses[k], 0.01 * kernels.losses[k]) << "step " << k;
+    EXPECT_NEAR(aten.tau, kernels.tau, 0.15);
+    if (torch::cuda::is_available()) {
+      c.out_dir = s.dir.file("c" + std::to_string(n++));
+      c.device = "cuda";
+      const Run cuda = run(c);
+      for (size_t k = 0; k < aten.losses.size(); ++k)
+        EXPECT_NEAR(cuda.losses[k], aten.losses[k], 0.01 * aten.losses[k]) << "step " << k;
+    }
+  }
+  // Resume: 2 steps, a checkpoint, 2 more equal 4 uninterrupted steps.
+  TrainConfig c = s.config(data, s.dir.file("r"));
+  c.aten_only = true;
+  const Run whole = run(c);
+  std::vector<double> parts;
+  {
+    Trainer t(c, *s.target);
+    for (int i = 0; i < 2; ++i) parts.push_back(t.step().loss);
+    t.save_checkpoint();
+  }
+  c.resume = true;
+  Trainer t(c, *s.target);
+  for (int i = 0; i < 2; ++i) parts.push_back(t.step().loss);
+  EXPECT_EQ(parts, whole.losses);
+  // Device names.
+  TrainConfig bad = s.config(data, s.dir.file("bad"));
+  for (const char* name : {"tpu", "cuda:x", "", "cpu:"}) {
+    bad.device = name;
+    EXPECT_THROW(Trainer(bad, *s.target), InvalidArgument) << name;
+  }
+  if (!torch::cuda::is_available()) {
+    bad.device = "cuda";
+    try {
+      Trainer tb(bad, *s.target);
+      FAIL() << "no error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("CUDA"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(TrainTrainer, RejectsDataOfAnotherTarget) {
   TinySetup s;
   const std::string data = s.dir.file("data");
@@ -497,7 +571,7 @@ std::vector<TrainSequence> greedy_sequences(TargetModel& target, const std::vect
 double speculative_tau(TargetModel& target, Drafter& drafter, const std::vector<std::vector<TokenId>>& prompts,
                        const std::vector<TrainSequence>& seqs, int64_t n_predict,
                        const std::vector<TokenId>& stop_ids) {
-  at::NoGradGuard ng;
+  c10::NoGradGuard ng;
   drafter.bind(target);
   int64_t emitted = 0, rounds = 0;
   for (size_t i = 0; i < prompts.size(); ++i) {

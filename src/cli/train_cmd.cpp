@@ -67,6 +67,13 @@ class TrainCommand : public Command {
                      "keep target features on disk in DIR (bf16, one file per sequence; later passes and "
                      "runs skip the target)");
     app_->add_option("--precision", precision_, "matmul precision: bf16 or fp32")->capture_default_str();
+    app_->add_option("--device", c.device,
+                     "where to train: cpu, cuda or cuda:N (CUDA: a build against a CUDA libtorch; the "
+                     "target's features are computed there too)")
+        ->capture_default_str();
+    app_->add_flag("--aten-only", c.aten_only,
+                   "compute as on a GPU (the target in ATen ops, no dspark kernels) even on the CPU: checks "
+                   "the device path");
     app_->add_option("--draft-vocab", draft_vocab_,
                      "give a fresh or --init drafter without one a draft vocabulary of this many of the "
                      "most frequent supervised tokens (plus the stop tokens), and train on it (0: none)")

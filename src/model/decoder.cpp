@@ -45,6 +45,33 @@ DecoderModel::BlockWeights DecoderModel::load_block(const Weights& w, int64_t l,
   return b;
 }
 
+int64_t DecoderModel::check_layer(int64_t l) const {
+  if (l < 0 || l >= info_.n_layers)
+    throw InvalidArgument("layer_recipe: layer " + std::to_string(l) + " outside [0, " +
+                          std::to_string(info_.n_layers) + ")");
+  return l;
+}
+
+LayerRecipe DecoderModel::block_recipe(int64_t l, const BlockWeights& b, bool rope_halves,
+                                       const std::vector<float>& inv_freq, float attn_scale) const {
+  check_layer(l);
+  LayerRecipe r;
+  r.attn_norm = b.attn_norm;
+  r.q_norm = b.q_norm;
+  r.k_norm = b.k_norm;
+  r.wqkv = &b.wqkv;
+  r.wo = &b.wo;
+  r.ffn_norm = b.ffn_norm;
+  r.wgu = &b.wgu;
+  r.wdown = &b.wdown;
+  r.rope_halves = rope_halves;
+  r.rot_dim = rot_dim_;
+  r.inv_freq = inv_freq;
+  r.attn_scale = attn_scale;
+  r.window = info_.layer_window.empty() ? 0 : info_.layer_window[static_cast<size_t>(l)];
+  return r;
+}
+
 void DecoderModel::llama_block(int64_t l, const Rows& rows, float* x, const BlockWeights& L, float scale,
                                const QKTransform& qk) const {
   const auto [N, d, H, Hkv, hd, F, Oqkv, eps] = dims(rows);

@@ -83,6 +83,12 @@ class DecoderModel : public TargetModel {
   };
   /// Loads layer l's tensors of block_tensors(info_, qk_norm) from `w`.
   static BlockWeights load_block(const Weights& w, int64_t l, bool qk_norm);
+  /// Returns l; throws InvalidArgument unless 0 <= l < n_layers.
+  int64_t check_layer(int64_t l) const;
+  /// The LayerRecipe of a Llama-style block (SwiGLU, no post norms) l: the
+  /// block's weights and the RoPE and attention constants given.
+  LayerRecipe block_recipe(int64_t l, const BlockWeights& b, bool rope_halves, const std::vector<float>& inv_freq,
+                           float attn_scale) const;
 
   /// What a family does to q and k between the projection and attention
   /// (RoPE, per-head norms): qkv is [N, (H + 2 Hkv) · hd] of row stride ld.

@@ -100,6 +100,16 @@ class Gemma3Model final : public DecoderModel {
     }
   }
 
+  LayerRecipe layer_recipe(int64_t l) const override {
+    const Layer& layer = layers_[static_cast<size_t>(check_layer(l))];
+    const bool local = info_.layer_window[static_cast<size_t>(l)] > 0;
+    LayerRecipe r = block_recipe(l, layer.b, true, local ? local_freq_ : global_freq_, attn_scale_);
+    r.post_attn_norm = layer.post_attn_norm;
+    r.post_ffn_norm = layer.post_ffn_norm;
+    r.gelu = true;
+    return r;
+  }
+
  private:
   void block(int64_t l, const Rows& rows, float* x) override {
     const auto [N, d, H, Hkv, hd, F, Oqkv, eps] = dims(rows);

@@ -31,6 +31,11 @@ class Qwen3Model final : public DecoderModel {
     for (int64_t l = 0; l < info_.n_layers; ++l) layers_.push_back(load_block(w, l, true));
   }
 
+  LayerRecipe layer_recipe(int64_t l) const override {
+    return block_recipe(l, layers_[static_cast<size_t>(check_layer(l))], true, inv_freq_,
+                        1.0f / std::sqrt(static_cast<float>(info_.head_dim)));
+  }
+
  private:
   void block(int64_t l, const Rows& rows, float* x) override {
     const int64_t N = rows.n(), H = info_.n_heads, Hkv = info_.n_kv_heads, hd = info_.head_dim;

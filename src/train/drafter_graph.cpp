@@ -29,7 +29,7 @@ std::pair<at::Tensor, at::Tensor> rope_tables(const at::Tensor& pos, const Draft
   for (int64_t i = 0; i < half; ++i)
     fp[i] = static_cast<double>(static_cast<float>(
         std::pow(c.rope_base, -2.0 * static_cast<double>(i) / static_cast<double>(c.head_dim))));
-  at::Tensor ang = pos.to(at::kDouble).unsqueeze(-1) * f;  // [..., half]
+  at::Tensor ang = pos.to(at::kDouble).unsqueeze(-1) * f.to(pos.device());  // [..., half]
   return {ang.cos().to(dtype), ang.sin().to(dtype)};
 }
 
@@ -95,7 +95,8 @@ DrafterGraph::DrafterGraph(DrafterConfig cfg, at::Tensor embedding, at::Tensor l
                             (t->defined() ? c10::str(t->sizes()) : std::string("undefined")));
   }
   if (!cfg_.draft_vocab.empty()) {
-    rows_ = at::tensor(std::vector<int64_t>(cfg_.draft_vocab.begin(), cfg_.draft_vocab.end()), at::kLong);
+    rows_ = at::tensor(std::vector<int64_t>(cfg_.draft_vocab.begin(), cfg_.draft_vocab.end()), at::kLong)
+                .to(head_.device());
     head_ = head_.detach().index_select(0, rows_).contiguous();
   }
 }
@@ -124,6 +125,8 @@ at::Tensor DrafterGraph::bmm(const at::Tensor& a, const at::Tensor& b) const {
 }
 
 at::Tensor DrafterGraph::lm_head(const at::Tensor& h) const {
+  if (h.scalar_type() == at::kFloat && opts_.matmul == MatmulPrecision::BFloat16 && !(opts_.kernels && h.is_cpu()))
+    return at::matmul(h.to(at::kBFloat16), frozen(head_, at::kBFloat16, 1).t()).to(at::kFloat);
   if (h.scalar_type() == at::kFloat && opts_.matmul == MatmulPrecision::BFloat16) {
     if (!headT_.defined()) {
       const int64_t V = head_.size(0), Vp = (V + 31) / 32 * 32;
@@ -193,12 +196,13 @@ GraphOut DrafterGraph::forward(const ParamMap& params, const at::Tensor& ctx_fea
   }
 
   // RoPE tables: block positions p_i + j, context positions 0..Lc-1.
-  at::Tensor pos_blk = anchors.unsqueeze(1) + at::arange(G, at::kLong).unsqueeze(0);  // [N, γ]
+  const at::TensorOptions ids = anchors.options();
+  at::Tensor pos_blk = anchors.unsqueeze(1) + at::arange(G, ids).unsqueeze(0);  // [N, γ]
   auto [cos_b, sin_b] = rope_tables(pos_blk, c, dt);                                   // [N, γ, hd/2]
-  auto [cos_c, sin_c] = rope_tables(at::arange(Lc, at::kLong), c, dt);                 // [Lc, hd/2]
+  auto [cos_c, sin_c] = rope_tables(at::arange(Lc, ids), c, dt);                       // [Lc, hd/2]
   // Additive mask over context keys: -inf where l >= p_i.  [1, N, 1, Lc]
-  at::Tensor ctx_mask = at::zeros({N, Lc}, dt).masked_fill(
-      at::arange(Lc, at::kLong).unsqueeze(0) >= anchors.unsqueeze(1), -INFINITY);
+  at::Tensor ctx_mask = at::zeros({N, Lc}, feats.options()).masked_fill(
+      at::arange(Lc, ids).unsqueeze(0) >= anchors.unsqueeze(1), -INFINITY);
   ctx_mask = ctx_mask.view({1, N, 1, Lc});
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
 
@@ -261,7 +265,7 @@ GraphOut DrafterGraph::forward(const ParamMap& params, const at::Tensor& ctx_fea
     case SeqHead::Rnn: {  // Eq. 6, unrolled over the block
       const at::Tensor& W = P("rnn.weight");
       const at::Tensor& b = P("rnn.bias");
-      at::Tensor s = at::zeros({N, r}, dt);
+      at::Tensor s = at::zeros({N, r}, e.options());
       std::vector<at::Tensor> os;
       for (int64_t k = 0; k < G; ++k) {
         at::Tensor zin = at::cat({s, e.select(1, k), out.hidden.select(1, k)}, -1);  // [N, 2r + d]
@@ -276,7 +280,7 @@ GraphOut DrafterGraph::forward(const ParamMap& params, const at::Tensor& ctx_fea
     case SeqHead::Elman: {
       const at::Tensor& Wh = P("elman.wh");
       const at::Tensor& bh = P("elman.bh");
-      at::Tensor s = at::zeros({N, r}, dt);
+      at::Tensor s = at::zeros({N, r}, e.options());
       std::vector<at::Tensor> ss;
       for (int64_t k = 0; k < G; ++k) {
         s = at::tanh(at::matmul(s, Wh.t()) + e.select(1, k) + bh);

@@ -17,9 +17,18 @@ namespace dspark::train {
 namespace {
 
 // w_j = exp(-j / gamma_decay) as a [γ] tensor of dtype `dt`.
-at::Tensor position_weights(int64_t G, double gamma_decay, at::ScalarType dt) {
+at::Tensor position_weights(int64_t G, double gamma_decay, at::ScalarType dt, at::Device dev = at::kCPU) {
   if (!(gamma_decay > 0)) throw InvalidArgument("gamma_decay must be positive");
-  return at::exp(-at::arange(G, at::kDouble) / gamma_decay).to(dt);
+  return at::exp(-at::arange(G, at::kDouble) / gamma_decay).to(dev, dt);
+}
+
+// VocabLossFn's {ce, l1} in ATen ops, for tensors off the CPU (autograd
+// gives the same gradients; |x| has gradient 0 at 0, as sign() there).
+std::vector<at::Tensor> vocab_loss_ops(const at::Tensor& logits, const at::Tensor& p_target, const at::Tensor& labels) {
+  const at::Tensor lse = at::logsumexp(logits, -1);
+  const at::Tensor ce = lse - logits.gather(1, labels.unsqueeze(1)).squeeze(1);
+  const at::Tensor l1 = (at::exp(logits - lse.unsqueeze(1)) - p_target).abs().sum(-1);
+  return {ce, l1};
 }
 
 // Per-row cross-entropy and L1 distance of softmax(z) to p^t, fused:
@@ -204,9 +213,13 @@ void check_positions(const char* what, const at::Tensor& target_pos, int64_t L) 
 // softcap(h · lm_headᵀ) for h [M, d]: [M, V], fp32 (fp64 for fp64 h), no
 // gradient. bf16 precision with fp32 h uses the target's own logits
 // computation (bf16 inputs, fp32 accumulation).
-at::Tensor head_logits(const at::Tensor& h, const at::Tensor& lm_head, double softcap, MatmulPrecision precision) {
+at::Tensor head_logits(const at::Tensor& h, const at::Tensor& lm_head, double softcap, MatmulPrecision precision,
+                       bool kernels) {
   at::Tensor logits;
-  if (h.scalar_type() == at::kFloat && precision == MatmulPrecision::BFloat16 && lm_head.size(1) % 32 == 0) {
+  const bool bf16 = h.scalar_type() == at::kFloat && precision == MatmulPrecision::BFloat16;
+  if (bf16 && (!kernels || !h.is_cpu())) {
+    logits = at::matmul(h.to(at::kBFloat16), lm_head.to(at::kBFloat16).t()).to(at::kFloat);
+  } else if (bf16 && lm_head.size(1) % 32 == 0) {
     at::Tensor hb = h.to(at::kBFloat16).contiguous(), wb = lm_head.to(at::kBFloat16).contiguous();
     logits = at::empty({h.size(0), wb.size(0)}, at::kFloat);
     ops::linear_bf16(reinterpret_cast<const uint16_t*>(hb.data_ptr<at::BFloat16>()), h.size(0),
@@ -223,31 +236,31 @@ at::Tensor head_logits(const at::Tensor& h, const at::Tensor& lm_head, double so
 }  // namespace
 
 at::Tensor target_probs(const at::Tensor& final_hidden, const at::Tensor& lm_head,
-                        const at::Tensor& target_pos, double softcap, MatmulPrecision precision) {
+                        const at::Tensor& target_pos, double softcap, MatmulPrecision precision, bool kernels) {
   check_head("target_probs", final_hidden, lm_head);
   check_positions("target_probs", target_pos, final_hidden.size(0));
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   at::Tensor h = final_hidden.index_select(0, target_pos.reshape({-1}));  // [N*γ, d]
-  at::Tensor logits = head_logits(h, lm_head, softcap, precision);
+  at::Tensor logits = head_logits(h, lm_head, softcap, precision, kernels);
   auto sizes = target_pos.sizes().vec();
   sizes.push_back(lm_head.size(0));
   return at::softmax(logits, -1).view(sizes);
 }
 
 TargetLogitStats target_logit_stats(const at::Tensor& final_hidden, const at::Tensor& lm_head, double softcap,
-                                    MatmulPrecision precision) {
+                                    MatmulPrecision precision, bool kernels) {
   check_head("target_logit_stats", final_hidden, lm_head);
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   const int64_t L = final_hidden.size(0);
   const auto dt = final_hidden.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   TargetLogitStats st;
-  st.lse = at::empty({L}, dt);
-  st.argmax = at::empty({L}, at::kLong);
+  st.lse = at::empty({L}, final_hidden.options().dtype(dt));
+  st.argmax = at::empty({L}, final_hidden.options().dtype(at::kLong));
   // Rows per chunk: at most ~32 MiB of logits at a time.
   const int64_t chunk = std::max<int64_t>(1, (int64_t{8} << 20) / std::max<int64_t>(1, lm_head.size(0)));
   for (int64_t r0 = 0; r0 < L; r0 += chunk) {
     const int64_t n = std::min(chunk, L - r0);
-    at::Tensor logits = head_logits(final_hidden.narrow(0, r0, n), lm_head, softcap, precision);
+    at::Tensor logits = head_logits(final_hidden.narrow(0, r0, n), lm_head, softcap, precision, kernels);
     st.lse.narrow(0, r0, n).copy_(at::logsumexp(logits, -1));
     st.argmax.narrow(0, r0, n).copy_(logits.argmax(-1));
   }
@@ -255,15 +268,17 @@ TargetLogitStats target_logit_stats(const at::Tensor& final_hidden, const at::Te
 }
 
 at::Tensor target_probs_sub(const at::Tensor& final_hidden, const at::Tensor& head_rows, const at::Tensor& lse,
-                            const at::Tensor& target_pos, double softcap, MatmulPrecision precision) {
+                            const at::Tensor& target_pos, double softcap, MatmulPrecision precision,
+                            bool kernels) {
   check_head("target_probs_sub", final_hidden, head_rows);
   if (lse.dim() != 1 || lse.size(0) != final_hidden.size(0))
     throw InvalidArgument("target_probs_sub: lse " + c10::str(lse.sizes()) + " does not match final_hidden " +
                           c10::str(final_hidden.sizes()));
   check_positions("target_probs_sub", target_pos, final_hidden.size(0));
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   const at::Tensor pos = target_pos.reshape({-1});
-  at::Tensor logits = head_logits(final_hidden.index_select(0, pos), head_rows, softcap, precision);  // [N*γ, V']
+  at::Tensor logits =
+      head_logits(final_hidden.index_select(0, pos), head_rows, softcap, precision, kernels);  // [N*γ, V']
   at::Tensor p = at::exp(logits - lse.to(logits.scalar_type()).index_select(0, pos).unsqueeze(1));
   auto sizes = target_pos.sizes().vec();
   sizes.push_back(head_rows.size(0));
@@ -294,14 +309,15 @@ LossTerms dspark_loss(const GraphOut& out, const at::Tensor& p_target, const Slo
     throw InvalidArgument(std::string("dspark_loss: ") + (sub ? "draft_labels" : "labels") +
                           " must be int64 [N, γ] ids in [" + std::to_string(lo) + ", " +
                           std::to_string(logits.size(2)) + ")");
-  at::Tensor w = t.valid.to(dt) * position_weights(G, opts.gamma_decay, dt).unsqueeze(0);  // [N, γ]
+  at::Tensor w = t.valid.to(dt) * position_weights(G, opts.gamma_decay, dt, logits.device()).unsqueeze(0);  // [N, γ]
   LossTerms r;
   r.weight_sum = w.sum().item<double>();
   const double norm = normalizer > 0 ? normalizer : r.weight_sum;
 
   const int64_t M = logits.size(0) * G, V = logits.size(2);
   at::Tensor pt = p_target.to(dt).reshape({M, V}).detach();
-  auto ce_l1 = VocabLossFn::apply(logits.reshape({M, V}), pt, (sub ? labels.clamp_min(0) : labels).reshape({M}));
+  const at::Tensor z = logits.reshape({M, V}), y = (sub ? labels.clamp_min(0) : labels).reshape({M});
+  auto ce_l1 = opts.kernels && z.is_cpu() ? VocabLossFn::apply(z, pt, y) : vocab_loss_ops(z, pt, y);
   at::Tensor ce = ce_l1[0].view({-1, G}), l1 = ce_l1[1].view({-1, G});  // [N, γ]
   if (sub) {
     ce = ce * (labels >= 0).to(dt);
@@ -334,13 +350,13 @@ std::vector<double> AcceptanceStats::acceptance_by_position() const {
 
 void accumulate_acceptance(const GraphOut& out, const at::Tensor& p_target, const SlotTargets& t,
                            const LossTerms& loss, AcceptanceStats& stats) {
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   accumulate_acceptance(out, p_target.argmax(-1), at::Tensor(), t, loss, stats);
 }
 
 void accumulate_acceptance(const GraphOut& out, const at::Tensor& target_argmax, const at::Tensor& vocab_ids,
                            const SlotTargets& t, const LossTerms& loss, AcceptanceStats& stats) {
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   const int64_t N = out.logits.size(0), G = out.logits.size(1);
   if (out.logits.dim() != 3 || target_argmax.sizes() != out.logits.sizes().slice(0, 2) ||
       t.valid.sizes() != target_argmax.sizes() ||
@@ -358,8 +374,9 @@ void accumulate_acceptance(const GraphOut& out, const at::Tensor& target_argmax,
     stats.reached.resize(static_cast<size_t>(G), 0);
     stats.accepted.resize(static_cast<size_t>(G), 0);
   }
-  auto m = match.accessor<bool, 2>();
-  auto ca = c.accessor<double, 2>();
+  const at::Tensor match_h = match.cpu(), c_h = c.cpu();
+  auto m = match_h.accessor<bool, 2>();
+  auto ca = c_h.accessor<double, 2>();
   for (int64_t i = 0; i < N; ++i) {
     double surv = 1.0;
     double tau_s = 1.0;

@@ -12,12 +12,15 @@
 #include <fstream>
 #include <iostream>
 #include <list>
+#include <map>
 #include <numeric>
+#include <optional>
 #include <sstream>
 #include <unordered_map>
 
 #include "dspark/error.hpp"
 #include "dspark/io/atomic_file.hpp"
+#include "dspark/model/aten_forward.hpp"
 #include "dspark/spec/checkpoint.hpp"
 #include "dspark/train/data.hpp"
 #include "dspark/train/drafter_graph.hpp"
@@ -98,6 +101,8 @@ nlohmann::json config_json(const TrainConfig& c) {
             {"gamma_decay", c.loss.gamma_decay},
             {"loss_weights", {c.loss.w_ce, c.loss.w_l1, c.loss.w_bce}},
             {"precision", c.precision == MatmulPrecision::BFloat16 ? "bf16" : "fp32"},
+            {"device", c.device},
+            {"aten_only", c.aten_only},
             {"data_dir", c.data_dir}});
   return j;
 }
@@ -126,6 +131,33 @@ void TrainConfig::validate() const {
   need(eval_max_sequences >= 0 && eval_anchors_per_seq >= 1, "eval sizes must be positive");
   need(max_len >= 0 && feature_cache_mb >= 0, "max_len and feature_cache_mb must be >= 0");
   need(keep_checkpoints >= 1, "keep_checkpoints must be >= 1");
+  train_device(*this);
+}
+
+at::Device train_device(const TrainConfig& cfg) {
+  std::optional<at::Device> dev;
+  try {
+    dev = at::Device(cfg.device);
+  } catch (const c10::Error&) {
+  }
+  if (!dev || !(dev->is_cpu() || dev->is_cuda()))
+    throw InvalidArgument("train config: device must be cpu, cuda or cuda:N, got '" + cfg.device + "'");
+  if (dev->is_cuda()) {
+#ifdef DSPARK_TORCH_CUDA
+    if (!torch::cuda::is_available())
+      throw Error("train: device '" + cfg.device +
+                  "' asked for, but no CUDA device is visible (NVIDIA driver loaded? CUDA_VISIBLE_DEVICES?)");
+#else
+    throw Error("train: device '" + cfg.device +
+                "' asked for, but this build of dspark has no CUDA (`make cuda` builds one against PyTorch's "
+                "CUDA libtorch: docs/training.md)");
+#endif
+    const int64_t n = static_cast<int64_t>(torch::cuda::device_count());
+    if (dev->index() >= n)
+      throw InvalidArgument("train: device '" + cfg.device + "' asked for, but " + std::to_string(n) +
+                            " CUDA device(s) are visible");
+  }
+  return *dev;
 }
 
 double lr_at(const TrainConfig& c, int64_t step) {
@@ -161,26 +193,65 @@ struct Trainer::Impl {
   // int64 of the target's logits at every position (from the unrounded
   // hidden).
   using Features = TargetFeatures;
-  /// The fp32 view the graph and the loss read.
-  static Features as_float(const Features& f) {
-    return {f.taps.to(at::kFloat), f.final_hidden.to(at::kFloat), f.lse, f.argmax};
-  }
+  /// The fp32 view the graph and the loss read, on the device.
+  Features as_float(const Features& f) const { return on_device(f); }
   std::unordered_map<size_t, Features> eval_cache;
   std::unordered_map<size_t, std::pair<Features, std::list<size_t>::iterator>> cache;
   std::list<size_t> lru;
   int64_t cache_bytes = 0;
   std::unique_ptr<DiskFeatureCache> disk;  // --feature-cache-dir
 
+  // Device of the drafter and the loss; `portable`: ATen ops only (off the
+  // CPU, or aten_only). The target then runs as `aten`, and `lm_head_dev`
+  // is its LM head on the device.
+  at::Device dev = at::kCPU;
+  bool portable = false;
+  std::unique_ptr<AtenForward> aten;
+  at::Tensor lm_head_dev;
+
   Impl(TrainConfig c, TargetModel& t) : cfg(std::move(c)), target(t) {}
 
+  void setup_device() {
+    dev = train_device(cfg);
+    portable = cfg.aten_only || !dev.is_cpu();
+    lm_head_dev = dev.is_cpu() ? target.lm_head() : target.lm_head().to(dev);
+  }
+
+  // Features live on the CPU (cached in memory or on disk); the step reads
+  // them in fp32 on the device.
+  Features on_device(const Features& f) const {
+    auto put = [&](const at::Tensor& t, std::optional<at::ScalarType> dt) {
+      return t.defined() ? t.to(dev, dt.value_or(t.scalar_type())) : at::Tensor();
+    };
+    return {put(f.taps, at::kFloat), put(f.final_hidden, at::kFloat), put(f.lse, {}), put(f.argmax, {})};
+  }
+  SlotTargets on_device(const SlotTargets& t) const {
+    auto put = [&](const at::Tensor& x) { return x.defined() ? x.to(dev) : at::Tensor(); };
+    return {put(t.anchors), put(t.prev_tokens), put(t.labels), put(t.target_pos), put(t.valid), put(t.draft_labels)};
+  }
+  // The drafter with CPU copies of its parameters (itself on the CPU), for writing.
+  Drafter host_drafter() const {
+    if (dev.is_cpu()) return *drafter;
+    std::map<std::string, at::Tensor> p;
+    for (const auto& [name, t] : drafter->params()) p.emplace(name, t.detach().cpu());
+    return Drafter(drafter->config(), std::move(p));
+  }
+
   bool draft_vocab() const { return graph->vocab_ids().defined(); }
+
+  LossOptions loss_options() const {
+    LossOptions o = cfg.loss;
+    o.kernels = !portable;
+    return o;
+  }
 
   // Target distributions of the slots of `t` [N, γ, V'] (V' = |draft_vocab| or V).
   at::Tensor target_distribution(const Features& f, const SlotTargets& t) const {
     const double softcap = target.info().logit_softcap;
     if (draft_vocab())
-      return target_probs_sub(f.final_hidden, graph->head_rows(), f.lse, t.target_pos, softcap, cfg.precision);
-    return target_probs(f.final_hidden, target.lm_head(), t.target_pos, softcap, cfg.precision);
+      return target_probs_sub(f.final_hidden, graph->head_rows(), f.lse, t.target_pos, softcap, cfg.precision,
+                              !portable);
+    return target_probs(f.final_hidden, lm_head_dev, t.target_pos, softcap, cfg.precision, !portable);
   }
 
   SlotTargets slot_targets(size_t i, std::span<const int64_t> anchors) const {
@@ -202,19 +273,25 @@ struct Trainer::Impl {
 
   Features run_target(size_t i) {
     auto toks = tokens(i);
-    KVCache kv = target.new_cache(static_cast<int64_t>(toks.size()));
-    ForwardOut o = target.forward_one(kv, toks, Logits::None,
-                                      TapRequest{drafter->config().tap_layers, /*final_hidden=*/true});
+    const TapRequest taps{drafter->config().tap_layers, /*final_hidden=*/true};
+    ForwardOut o;
+    if (portable) {
+      if (!aten) aten = std::make_unique<AtenForward>(target, AtenForwardOptions{dev, at::kBFloat16});
+      o = aten->forward(toks, Logits::None, taps);
+    } else {
+      KVCache kv = target.new_cache(static_cast<int64_t>(toks.size()));
+      o = target.forward_one(kv, toks, Logits::None, taps);
+    }
     // bf16 storage halves the feature cache; the rounding happens on every
     // visit, so a cached and a recomputed sequence give identical steps.
     const bool bf16 = cfg.precision == MatmulPrecision::BFloat16;
-    Features f{bf16 ? o.taps.to(at::kBFloat16) : o.taps, bf16 ? o.final_hidden.to(at::kBFloat16) : o.final_hidden,
-               {}, {}};
+    const auto dt = bf16 ? at::kBFloat16 : at::kFloat;
+    Features f{o.taps.to(at::kCPU, dt), o.final_hidden.to(at::kCPU, dt), {}, {}};
     if (draft_vocab()) {
-      TargetLogitStats st =
-          target_logit_stats(o.final_hidden, target.lm_head(), target.info().logit_softcap, cfg.precision);
-      f.lse = st.lse;
-      f.argmax = st.argmax;
+      TargetLogitStats st = target_logit_stats(o.final_hidden, lm_head_dev, target.info().logit_softcap,
+                                               cfg.precision, !portable);
+      f.lse = st.lse.cpu();
+      f.argmax = st.argmax.cpu();
     }
     return f;
   }
@@ -257,7 +334,9 @@ struct Trainer::Impl {
   void open_disk_cache() {
     const DrafterConfig& dc = drafter->config();
     // Features depend on the target's compute path (quantized blocks or bf16) too.
-    FeatureCacheKey key{target.info().id + "@" + target.info().compute, dc.tap_layers, max_len(),
+    // ... and on who computes them (the kernels, or AtenForward in bf16).
+    FeatureCacheKey key{target.info().id + "@" + (portable ? std::string("aten-bf16") : target.info().compute),
+                        dc.tap_layers, max_len(),
                         cfg.precision == MatmulPrecision::BFloat16, draft_vocab()};
     disk = std::make_unique<DiskFeatureCache>(cfg.feature_cache_dir, key);
     if (cfg.progress == Progress::None) return;
@@ -301,7 +380,7 @@ struct Trainer::Impl {
     auto& mp = drafter->mutable_params();
     for (const auto& [name, shape] : Drafter::param_spec(drafter->config())) {
       at::Tensor& p = mp.at(name);
-      p = p.detach().contiguous();
+      p = p.detach().to(dev).contiguous();
       p.requires_grad_(true);
       params.push_back(p);
     }
@@ -310,8 +389,8 @@ struct Trainer::Impl {
                     .betas({cfg.adam_beta1, cfg.adam_beta2})
                     .eps(cfg.adam_eps)
                     .weight_decay(cfg.weight_decay));
-    graph = std::make_unique<DrafterGraph>(drafter->config(), target.embedding(), target.lm_head(),
-                                           GraphOptions{cfg.precision});
+    graph = std::make_unique<DrafterGraph>(drafter->config(), target.embedding().to(dev), lm_head_dev,
+                                           GraphOptions{cfg.precision, !portable});
   }
 
   void split() {
@@ -390,7 +469,7 @@ struct Trainer::Impl {
       const fs::path tmp = ckpt_root() / (name + ".partial");
       std::error_code ec;
       fs::remove_all(tmp, ec);
-      save_drafter(*drafter, tmp.string(), /*bf16=*/false, train_extra);
+      save_drafter(host_drafter(), tmp.string(), /*bf16=*/false, train_extra);
 
       torch::serialize::OutputArchive ar;
       opt->save(ar);
@@ -415,7 +494,7 @@ struct Trainer::Impl {
     }
 
     // The shipping export (bf16) next to the checkpoints.
-    save_drafter(*drafter, cfg.out_dir, /*bf16=*/true, train_extra);
+    save_drafter(host_drafter(), cfg.out_dir, /*bf16=*/true, train_extra);
 
     // Keep the newest keep_checkpoints step directories; drop leftovers of
     // interrupted saves.
@@ -464,7 +543,7 @@ struct Trainer::Impl {
       throw FormatError(opath + ": size " + std::to_string(bytes.size()) +
                         " does not match trainer_state.json optimizer_bytes");
     torch::serialize::InputArchive ar;
-    ar.load_from(bytes.data(), bytes.size());
+    ar.load_from(bytes.data(), bytes.size(), dev);
     opt->load(ar);
 
     step = s;
@@ -496,6 +575,7 @@ Trainer::Trainer(TrainConfig cfg, TargetModel& target) : impl_(std::make_unique<
       if (t >= ti.vocab)
         throw FormatError(m.cfg.data_dir + ": sequence " + std::to_string(i) + " holds token id " +
                           std::to_string(t) + " outside the target's vocabulary");
+  m.setup_device();
   m.rng.seed(m.cfg.seed);
   m.split();
   if (m.cfg.resume) {
@@ -554,14 +634,17 @@ StepStats Trainer::step() {
     groups.push_back({i, m.slot_targets(i, a)});
   }
   double norm = 0;
-  for (const auto& g : groups) norm += slot_weight_sum(g.t.valid, m.cfg.loss.gamma_decay);
+  for (auto& g : groups) {
+    norm += slot_weight_sum(g.t.valid, m.cfg.loss.gamma_decay);
+    g.t = m.on_device(g.t);
+  }
 
   m.opt->zero_grad();
   for (const auto& g : groups) {
     Impl::Features f = m.features(g.seq, false, st.target_seconds, st.tokens);
     at::Tensor pt = m.target_distribution(f, g.t);
     GraphOut out = m.graph->forward(m.drafter->params(), f.taps, g.t.anchors, g.t.prev_tokens);
-    LossTerms loss = dspark_loss(out, pt, g.t, m.cfg.loss, norm);
+    LossTerms loss = dspark_loss(out, pt, g.t, m.loss_options(), norm);
     loss.total.backward();
     st.ce += loss.ce;
     st.l1 += loss.l1;
@@ -591,7 +674,7 @@ StepStats Trainer::step() {
 EvalStats Trainer::evaluate() {
   Impl& m = *impl_;
   const auto t0 = Clock::now();
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   EvalStats ev;
   ev.held_out = m.eval_held_out;
   double ts = 0;
@@ -599,11 +682,11 @@ EvalStats Trainer::evaluate() {
   for (size_t k = 0; k < m.eval_idx.size(); ++k) {
     const size_t i = m.eval_idx[k];
     if (m.eval_anchors[k].empty()) continue;
-    SlotTargets t = m.slot_targets(i, m.eval_anchors[k]);
+    SlotTargets t = m.on_device(m.slot_targets(i, m.eval_anchors[k]));
     Impl::Features f = m.features(i, true, ts, nt);
     at::Tensor pt = m.target_distribution(f, t);
     GraphOut out = m.graph->forward(m.drafter->params(), f.taps, t.anchors, t.prev_tokens);
-    LossTerms loss = dspark_loss(out, pt, t, m.cfg.loss);
+    LossTerms loss = dspark_loss(out, pt, t, m.loss_options());
     if (m.draft_vocab()) {
       at::Tensor target_argmax = f.argmax.index_select(0, t.target_pos.reshape({-1})).view_as(t.target_pos);
       accumulate_acceptance(out, target_argmax, m.graph->vocab_ids(), t, loss, ev.acceptance);

@@ -72,6 +72,32 @@ struct ForwardOut {
   at::Tensor final_hidden;  // [T, d]
 };
 
+/// One layer of a target as plain tensors and constants: what a forward
+/// written in ATen ops (model/aten_forward.hpp) needs to compute the same
+/// layer as TargetModel::forward, on any device. Matrices are the family's
+/// own (quantized blocks or bf16, see ops::Linear); norm weights are fp32.
+/// The layer maps the residual stream x [T, d] to
+///   x += post_attn_norm(W_o · attention(rope(q_norm(q)), rope(k_norm(k)), v)),
+///   x += post_ffn_norm(W_down · (act(W_gate h) ⊙ W_up h)), h = ffn_norm(x),
+/// with q|k|v = W_qkv · attn_norm(x); an undefined norm is skipped.
+struct LayerRecipe {
+  at::Tensor attn_norm;               // [d]
+  at::Tensor q_norm, k_norm;          // [hd] per-head RMSNorm, or undefined
+  const ops::Linear* wqkv = nullptr;  // [(H + 2·Hkv)·hd, d]: q rows, then k, then v
+  const ops::Linear* wo = nullptr;    // [d, H·hd]
+  at::Tensor post_attn_norm;          // [d], or undefined
+  at::Tensor ffn_norm;                // [d]
+  const ops::Linear* wgu = nullptr;   // [2F, d]: gate rows, then up
+  const ops::Linear* wdown = nullptr; // [d, F]
+  at::Tensor post_ffn_norm;           // [d], or undefined
+  bool gelu = false;         // act = GELU-tanh (GeGLU) instead of SiLU (SwiGLU)
+  bool rope_halves = false;  // RoPE pairs dims (i, i + rot_dim/2) (NeoX) instead of (2i, 2i+1)
+  int64_t rot_dim = 0;       // leading dims of each head that RoPE rotates
+  std::vector<float> inv_freq;  // [rot_dim / 2]: angle of dim pair i at position p = p · inv_freq[i]
+  float attn_scale = 0;      // multiplies q·k before the softmax
+  int64_t window = 0;        // keys a query sees: 0 = every earlier position, W = the W most recent (itself included)
+};
+
 /// A target model. Forward calls are not thread-safe (one at a time), but
 /// any number of KVCaches may be used with one model.
 class TargetModel {
@@ -111,6 +137,10 @@ class TargetModel {
   virtual const ops::Linear& head() const = 0;
   /// Final RMSNorm weight [d] fp32.
   virtual const at::Tensor& output_norm() const = 0;
+  /// Layer l (0 <= l < n_layers) as a LayerRecipe, which points into this
+  /// model (valid while it lives). Throws dspark::InvalidArgument for l out
+  /// of range.
+  virtual LayerRecipe layer_recipe(int64_t l) const = 0;
 
   /// The embedding table and LM head dequantized to bf16 [V, d] tensors, made
   /// on first use (training reads them through ATen; decoding does not need

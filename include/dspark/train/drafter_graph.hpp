@@ -55,6 +55,11 @@ enum class MatmulPrecision { Float32, BFloat16 };
 
 struct GraphOptions {
   MatmulPrecision matmul = MatmulPrecision::BFloat16;
+  /// On CPU tensors, run the frozen LM head on dspark's bf16 kernel
+  /// (ops::linear_bf16). false: ATen ops only, as on any other device (the
+  /// same products with ATen's rounding; for checking the device path on a
+  /// CPU).
+  bool kernels = true;
 };
 
 /// Outputs of DrafterGraph::forward, in the parameters' dtype (fp32 or fp64).

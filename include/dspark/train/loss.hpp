@@ -43,6 +43,9 @@ struct LossOptions {
   double w_l1 = 0.9;          // Σ_v |p^d − p^t| (twice the total variation)
   double w_bce = 1.0;         // confidence head vs c* = clamp(1 − ½·L1, 0, 1)
   double gamma_decay = 4.0;   // w_j = exp(−j / gamma_decay), j 0-based
+  /// On CPU tensors, the fused cross-entropy/L1 kernel; false: ATen ops only,
+  /// as on any other device (same values, same gradients to rounding).
+  bool kernels = true;
 };
 
 /// Positions eligible as anchors: p >= 1, p + 1 < L, loss_mask[p] and
@@ -84,10 +87,12 @@ SlotTargets make_slot_targets(std::span<const TokenId> tokens, std::span<const u
 ///   target_pos    [N, γ] int64 rows of final_hidden
 ///   softcap       > 0: logits ← softcap·tanh(logits/softcap) (Gemma); 0: none
 ///   precision     matmul precision of the head product (fp32 inputs)
+///   kernels       bf16 on CPU tensors: dspark's kernel (the target's own
+///                 logits arithmetic); false, or off the CPU: ATen matmul
 /// Throws InvalidArgument on shape mismatches.
 at::Tensor target_probs(const at::Tensor& final_hidden, const at::Tensor& lm_head,
                         const at::Tensor& target_pos, double softcap = 0.0,
-                        MatmulPrecision precision = MatmulPrecision::BFloat16);
+                        MatmulPrecision precision = MatmulPrecision::BFloat16, bool kernels = true);
 
 /// Per-position summary of the target's full-vocabulary logits
 /// l = softcap(final_hidden · lm_headᵀ) (the product as in target_probs).
@@ -101,7 +106,7 @@ struct TargetLogitStats {
 /// gradient. Throws InvalidArgument on shape mismatches.
 TargetLogitStats target_logit_stats(const at::Tensor& final_hidden, const at::Tensor& lm_head,
                                     double softcap = 0.0,
-                                    MatmulPrecision precision = MatmulPrecision::BFloat16);
+                                    MatmulPrecision precision = MatmulPrecision::BFloat16, bool kernels = true);
 
 /// Target distributions restricted to a subset of the vocabulary (the draft
 /// vocabulary): [N, γ, V'] fp32 (fp64 when final_hidden is fp64), no gradient,
@@ -114,7 +119,7 @@ TargetLogitStats target_logit_stats(const at::Tensor& final_hidden, const at::Te
 /// Throws InvalidArgument on shape mismatches or positions outside [0, L).
 at::Tensor target_probs_sub(const at::Tensor& final_hidden, const at::Tensor& head_rows, const at::Tensor& lse,
                             const at::Tensor& target_pos, double softcap = 0.0,
-                            MatmulPrecision precision = MatmulPrecision::BFloat16);
+                            MatmulPrecision precision = MatmulPrecision::BFloat16, bool kernels = true);
 
 /// The loss of one group of anchors.
 struct LossTerms {

@@ -100,6 +100,17 @@ struct TrainConfig {
   int64_t feature_cache_mb = 0;  // keep target features of up to this many MiB in memory
   std::string feature_cache_dir;  // also keep them on disk there (DiskFeatureCache; "" = no)
   MatmulPrecision precision = MatmulPrecision::BFloat16;
+  /// Where the drafter, its optimizer, the loss and the target's features
+  /// are computed: "cpu", "cuda" or "cuda:N" (CUDA needs dspark built
+  /// against a CUDA libtorch; see docs/training.md). Off the CPU the target
+  /// runs as AtenForward (model/aten_forward.hpp) on that device, and every
+  /// other product in ATen ops. Checkpoints and exports are written from
+  /// CPU copies, so a run may resume on another device.
+  std::string device = "cpu";
+  /// Compute as off the CPU even on the CPU: the target as AtenForward and
+  /// no dspark kernel in the LM-head products or the loss. Checks the device
+  /// path on a machine without one (slower than the kernels).
+  bool aten_only = false;
   int keep_checkpoints = 2;    // step directories kept under checkpoints/
   bool resume = false;         // continue from OUT/checkpoints/latest.json
   /// Evaluation only (`dspark train --eval-only`): every sequence of the data
@@ -113,6 +124,10 @@ struct TrainConfig {
   /// Throws InvalidArgument naming the first field out of range.
   void validate() const;
 };
+
+/// The device of cfg.device. Throws InvalidArgument for a malformed name,
+/// and dspark::Error for CUDA when this build or machine has none.
+at::Device train_device(const TrainConfig& cfg);
 
 /// Learning rate of step `step` (0-based): linear warmup over
 /// ceil(warmup·steps) steps from lr/warm to lr, then cosine decay towards 0
