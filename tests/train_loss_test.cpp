@@ -197,9 +197,10 @@ TEST(TrainLoss, ContextIsStrictlyBeforeTheAnchor) {
   EXPECT_FALSE(at::allclose(o4.logits[2], base.logits[2], 0, 1e-3));
 
   // An anchor's block depends on its own position only through RoPE and the
-  // visible context: the same anchor twice in a batch gives the same output.
+  // visible context: the same anchor twice in a batch gives the same output
+  // (to rounding: a BLAS may sum the rows of one product differently).
   GraphOut o5 = graph.forward(params, feats, at::tensor({9, 9}, at::kLong), prev.narrow(0, 1, 1).repeat({2, 1}));
-  EXPECT_TRUE(at::allclose(o5.logits[0], o5.logits[1], 0, 1e-6));
+  EXPECT_TRUE(at::allclose(o5.logits[0], o5.logits[1], 1e-5, 1e-5));
   EXPECT_TRUE(at::allclose(o5.logits[0], base.logits[1], 1e-5, 1e-5));
 }
 
