@@ -22,7 +22,8 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 echo "setup_cuda: $TORCH_CUDA_PIP into $VENV (about 3 GB with its CUDA libraries)"
 "$VENV/bin/pip" install --quiet --disable-pip-version-check "$TORCH_CUDA_PIP"
-TORCH_DIR=$("$VENV/bin/python" -c 'import os, torch; print(os.path.dirname(torch.__file__))' 2>/dev/null)
+TORCH_DIR=$("$VENV/bin/python" -c 'import os, torch; print(os.path.dirname(torch.__file__))') ||
+  { echo "setup_cuda: torch does not import in $VENV (above); remove $VENV and run again" >&2; exit 1; }
 [ -f "$TORCH_DIR/lib/libtorch_cuda.so" ] ||
   { echo "setup_cuda: $TORCH_DIR/lib has no libtorch_cuda.so (a CPU-only wheel?)" >&2; exit 1; }
 

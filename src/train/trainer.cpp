@@ -752,6 +752,12 @@ EvalStats Trainer::run() {
     std::fprintf(stderr, "training %s drafter (%d layers, gamma %d, %s) on %zu sequences (%zu held out), %lld steps of %d anchors\n",
                  to_string(dc.seq_head).c_str(), dc.n_layers, dc.gamma, vocab.c_str(), m.train_idx.size(),
                  m.eval_held_out ? m.eval_idx.size() : size_t{0}, static_cast<long long>(c.steps), c.batch);
+    if (m.step > 0)
+      std::fprintf(stderr, "resumed at step %lld%s\n", static_cast<long long>(m.step),
+                   m.step >= c.steps ? " (nothing left to train: --steps is not above it; evaluating and exporting)"
+                                     : "");
+    if (c.device != "cpu" || c.aten_only)
+      std::fprintf(stderr, "device %s%s\n", c.device.c_str(), m.portable ? ", ATen ops (target as AtenForward)" : "");
   }
   const auto t_start = Clock::now();
   const int64_t first = m.step;
