@@ -30,22 +30,12 @@ AtenForward::AtenForward(const TargetModel& target, AtenForwardOptions opts) : i
   head_ = matrix(target.head());
   out_norm_ = fp32_on(target.output_norm(), dev);
   for (int64_t l = 0; l < info_.n_layers; ++l) {
-    Layer L;
-    L.r = target.layer_recipe(l);
-    L.attn_norm = fp32_on(L.r.attn_norm, dev);
-    L.q_norm = fp32_on(L.r.q_norm, dev);
-    L.k_norm = fp32_on(L.r.k_norm, dev);
-    L.post_attn_norm = fp32_on(L.r.post_attn_norm, dev);
-    L.ffn_norm = fp32_on(L.r.ffn_norm, dev);
-    L.post_ffn_norm = fp32_on(L.r.post_ffn_norm, dev);
-    L.wqkv = matrix(*L.r.wqkv);
-    L.wo = matrix(*L.r.wo);
-    L.wgu = matrix(*L.r.wgu);
-    L.wdown = matrix(*L.r.wdown);
-    L.inv_freq = at::tensor(L.r.inv_freq, at::kFloat).to(dev);
-    L.r.attn_norm = L.r.q_norm = L.r.k_norm = L.r.post_attn_norm = L.r.ffn_norm = L.r.post_ffn_norm = at::Tensor();
-    L.r.wqkv = L.r.wo = L.r.wgu = L.r.wdown = nullptr;
-    layers_.push_back(std::move(L));
+    const LayerRecipe r = target.layer_recipe(l);
+    layers_.push_back({fp32_on(r.attn_norm, dev), fp32_on(r.q_norm, dev), fp32_on(r.k_norm, dev),
+                       fp32_on(r.post_attn_norm, dev), fp32_on(r.ffn_norm, dev), fp32_on(r.post_ffn_norm, dev),
+                       matrix(*r.wqkv), matrix(*r.wo), matrix(*r.wgu), matrix(*r.wdown),
+                       at::tensor(r.inv_freq, at::kFloat).to(dev), r.gelu, r.rope_halves, r.rot_dim, r.window,
+                       r.attn_scale});
   }
 }
 
@@ -60,12 +50,12 @@ at::Tensor AtenForward::rmsnorm(const at::Tensor& x, const at::Tensor& w) const 
 // x [T, heads, hd] fp32: the leading rot_dim dims of each head rotate by
 // pos · inv_freq (angle in double, cos/sin rounded to fp32, like ops::rope_pairs).
 at::Tensor AtenForward::rope(const at::Tensor& x, const Layer& L, const at::Tensor& pos) const {
-  const int64_t rot = L.r.rot_dim, half = rot / 2, hd = x.size(2);
+  const int64_t rot = L.rot_dim, half = rot / 2, hd = x.size(2);
   const at::Tensor ang = pos.to(at::kDouble).unsqueeze(1) * L.inv_freq.to(at::kDouble).unsqueeze(0);  // [T, half]
   const at::Tensor c = ang.cos().to(at::kFloat).unsqueeze(1), s = ang.sin().to(at::kFloat).unsqueeze(1);
   const at::Tensor xr = x.narrow(2, 0, rot);
   at::Tensor out;
-  if (L.r.rope_halves) {
+  if (L.rope_halves) {
     const at::Tensor a = xr.narrow(2, 0, half), b = xr.narrow(2, half, half);
     out = at::cat({a * c - b * s, a * s + b * c}, 2);
   } else {
@@ -90,8 +80,8 @@ void AtenForward::block(const Layer& L, at::Tensor& x, const at::Tensor& pos) co
   v = v.transpose(0, 1).repeat_interleave(H / Hkv, 0);                        // [H, T, hd]
   const at::Tensor i = pos.unsqueeze(1), j = pos.unsqueeze(0);
   at::Tensor hidden = j > i;  // [T, T] keys after the query
-  if (L.r.window > 0) hidden = hidden.logical_or(i - j >= L.r.window);
-  at::Tensor scores = at::matmul(q, k.transpose(1, 2)) * static_cast<double>(L.r.attn_scale);
+  if (L.window > 0) hidden = hidden.logical_or(i - j >= L.window);
+  at::Tensor scores = at::matmul(q, k.transpose(1, 2)) * static_cast<double>(L.attn_scale);
   scores = scores.masked_fill(hidden, -INFINITY);
   at::Tensor o = linear(at::matmul(at::softmax(scores, -1), v).transpose(0, 1).reshape({T, H * hd}), L.wo);
   if (L.post_attn_norm.defined()) o = rmsnorm(o, L.post_attn_norm);
@@ -99,7 +89,7 @@ void AtenForward::block(const Layer& L, at::Tensor& x, const at::Tensor& pos) co
   // MLP.
   const at::Tensor gu = linear(rmsnorm(x, L.ffn_norm), L.wgu);  // [T, 2F]: gate, up
   const at::Tensor gate = gu.narrow(1, 0, F), up = gu.narrow(1, F, F);
-  at::Tensor m = linear((L.r.gelu ? at::gelu(gate, "tanh") : at::silu(gate)) * up, L.wdown);
+  at::Tensor m = linear((L.gelu ? at::gelu(gate, "tanh") : at::silu(gate)) * up, L.wdown);
   if (L.post_ffn_norm.defined()) m = rmsnorm(m, L.post_ffn_norm);
   x = x + m;
 }

@@ -54,7 +54,6 @@ int64_t DecoderModel::check_layer(int64_t l) const {
 
 LayerRecipe DecoderModel::block_recipe(int64_t l, const BlockWeights& b, bool rope_halves,
                                        const std::vector<float>& inv_freq, float attn_scale) const {
-  check_layer(l);
   LayerRecipe r;
   r.attn_norm = b.attn_norm;
   r.q_norm = b.q_norm;

@@ -85,8 +85,9 @@ class DecoderModel : public TargetModel {
   static BlockWeights load_block(const Weights& w, int64_t l, bool qk_norm);
   /// Returns l; throws InvalidArgument unless 0 <= l < n_layers.
   int64_t check_layer(int64_t l) const;
-  /// The LayerRecipe of a Llama-style block (SwiGLU, no post norms) l: the
-  /// block's weights and the RoPE and attention constants given.
+  /// The LayerRecipe of a Llama-style block (SwiGLU, no post norms) l
+  /// (checked by the caller): the block's weights and the RoPE and attention
+  /// constants given.
   LayerRecipe block_recipe(int64_t l, const BlockWeights& b, bool rope_halves, const std::vector<float>& inv_freq,
                            float attn_scale) const;
 

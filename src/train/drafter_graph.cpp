@@ -125,15 +125,14 @@ at::Tensor DrafterGraph::bmm(const at::Tensor& a, const at::Tensor& b) const {
 }
 
 at::Tensor DrafterGraph::lm_head(const at::Tensor& h) const {
-  if (h.scalar_type() == at::kFloat && opts_.matmul == MatmulPrecision::BFloat16 && !(opts_.kernels && h.is_cpu()))
-    return at::matmul(h.to(at::kBFloat16), frozen(head_, at::kBFloat16, 1).t()).to(at::kFloat);
   if (h.scalar_type() == at::kFloat && opts_.matmul == MatmulPrecision::BFloat16) {
+    const at::Tensor& hb = frozen(head_, at::kBFloat16, 1);
+    if (!(opts_.kernels && h.is_cpu())) return at::matmul(h.to(at::kBFloat16), hb.t()).to(at::kFloat);
     if (!headT_.defined()) {
       const int64_t V = head_.size(0), Vp = (V + 31) / 32 * 32;
       headT_ = at::zeros({cfg_.hidden, Vp}, at::kBFloat16);
       headT_.narrow(1, 0, V).copy_(head_.detach().t());
     }
-    const at::Tensor& hb = frozen(head_, at::kBFloat16, 1);
     auto sizes = h.sizes().vec();
     sizes.back() = head_.size(0);
     return FrozenHeadFn::apply(h.reshape({-1, cfg_.hidden}), hb, headT_)[0].view(sizes);

@@ -193,8 +193,6 @@ struct Trainer::Impl {
   // int64 of the target's logits at every position (from the unrounded
   // hidden).
   using Features = TargetFeatures;
-  /// The fp32 view the graph and the loss read, on the device.
-  Features as_float(const Features& f) const { return on_device(f); }
   std::unordered_map<size_t, Features> eval_cache;
   std::unordered_map<size_t, std::pair<Features, std::list<size_t>::iterator>> cache;
   std::list<size_t> lru;
@@ -214,11 +212,11 @@ struct Trainer::Impl {
   void setup_device() {
     dev = train_device(cfg);
     portable = cfg.aten_only || !dev.is_cpu();
-    lm_head_dev = dev.is_cpu() ? target.lm_head() : target.lm_head().to(dev);
+    lm_head_dev = target.lm_head().to(dev);  // the same tensor on the CPU
   }
 
-  // Features live on the CPU (cached in memory or on disk); the step reads
-  // them in fp32 on the device.
+  // Features live on the CPU (cached in memory or on disk); the graph and
+  // the loss read them in fp32 on the device.
   Features on_device(const Features& f) const {
     auto put = [&](const at::Tensor& t, std::optional<at::ScalarType> dt) {
       return t.defined() ? t.to(dev, dt.value_or(t.scalar_type())) : at::Tensor();
@@ -298,10 +296,10 @@ struct Trainer::Impl {
 
   Features features(size_t i, bool eval, double& seconds, int64_t& n_tokens) {
     if (eval) {
-      if (auto it = eval_cache.find(i); it != eval_cache.end()) return as_float(it->second);
+      if (auto it = eval_cache.find(i); it != eval_cache.end()) return on_device(it->second);
     } else if (auto it = cache.find(i); it != cache.end()) {
       lru.splice(lru.begin(), lru, it->second.second);
-      return as_float(it->second.first);
+      return on_device(it->second.first);
     }
     std::optional<Features> stored = !eval && disk ? disk->get(i, tokens(i)) : std::nullopt;
     Features f;
@@ -327,7 +325,7 @@ struct Trainer::Impl {
       cache.emplace(i, std::make_pair(f, lru.begin()));
       cache_bytes += f.bytes();
     }
-    return as_float(f);
+    return on_device(f);
   }
 
   // Opens the --feature-cache-dir cache and prints its size estimate.

@@ -55,11 +55,14 @@ class AtenForward {
   at::Device device() const { return opts_.device; }
 
  private:
+  // A LayerRecipe with its tensors on the device.
   struct Layer {
-    LayerRecipe r;  // constants (its matrix pointers are not used after construction)
     at::Tensor attn_norm, q_norm, k_norm, post_attn_norm, ffn_norm, post_ffn_norm;  // fp32
     at::Tensor wqkv, wo, wgu, wdown;                                                // weight_dtype
     at::Tensor inv_freq;                                                            // [rot_dim/2] fp32
+    bool gelu = false, rope_halves = false;
+    int64_t rot_dim = 0, window = 0;
+    float attn_scale = 0;
   };
   at::Tensor linear(const at::Tensor& x, const at::Tensor& w) const;
   at::Tensor rmsnorm(const at::Tensor& x, const at::Tensor& w) const;
