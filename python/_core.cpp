@@ -25,7 +25,7 @@
 #include "dspark/model/loaded_model.hpp"
 #include "dspark/serve/api.hpp"
 #include "dspark/serve/engine.hpp"
-#include "dspark/spec/calibration.hpp"
+#include "dspark/speculative/calibration.hpp"
 
 namespace py = pybind11;
 using namespace dspark;

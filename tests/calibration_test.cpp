@@ -12,8 +12,8 @@
 #include <random>
 
 #include "dspark/io/atomic_file.hpp"
-#include "dspark/spec/calibration.hpp"
-#include "dspark/spec/checkpoint.hpp"
+#include "dspark/speculative/calibration.hpp"
+#include "dspark/speculative/checkpoint.hpp"
 #include "spec_test_util.hpp"
 
 namespace dspark {

@@ -17,8 +17,8 @@
 
 #include "dspark/error.hpp"
 #include "dspark/io/safetensors.hpp"
-#include "dspark/spec/checkpoint.hpp"
-#include "dspark/spec/speculative.hpp"
+#include "dspark/speculative/checkpoint.hpp"
+#include "dspark/speculative/speculative.hpp"
 #include "spec_test_util.hpp"
 
 namespace {

@@ -14,7 +14,7 @@
 
 #include "dspark/io/safetensors.hpp"
 #include "dspark/model/target.hpp"
-#include "dspark/spec/interop.hpp"
+#include "dspark/speculative/interop.hpp"
 #include "spec_test_util.hpp"
 
 namespace {

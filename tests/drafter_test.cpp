@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "dspark/error.hpp"
-#include "dspark/spec/drafter.hpp"
-#include "dspark/spec/speculative.hpp"
+#include "dspark/speculative/drafter.hpp"
+#include "dspark/speculative/speculative.hpp"
 #include "spec_test_util.hpp"
 
 namespace {

@@ -20,7 +20,7 @@
 #include "dspark/error.hpp"
 #include "dspark/model/aten_forward.hpp"
 #include "dspark/model/target.hpp"
-#include "dspark/spec/speculative.hpp"
+#include "dspark/speculative/speculative.hpp"
 #include "spec_test_util.hpp"
 #include "target_checks.hpp"
 #include "test_util.hpp"

@@ -1,4 +1,4 @@
-// Drafters in other projects' formats (dspark/spec/interop.hpp): round trips
+// Drafters in other projects' formats (dspark/speculative/interop.hpp): round trips
 // dspark -> llama.cpp GGUF -> dspark and dspark -> DeepSpec HF -> dspark give
 // bit-identical parameters, the same configuration and the same greedy
 // drafts, for every head each format holds, learned and fixed-row masks, bf16
@@ -25,8 +25,8 @@
 #include "dspark/io/gguf.hpp"
 #include "dspark/io/gguf_writer.hpp"
 #include "dspark/io/safetensors.hpp"
-#include "dspark/spec/checkpoint.hpp"
-#include "dspark/spec/interop.hpp"
+#include "dspark/speculative/checkpoint.hpp"
+#include "dspark/speculative/interop.hpp"
 #include "spec_test_util.hpp"
 
 namespace {

@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "dspark/error.hpp"
-#include "dspark/spec/lookup.hpp"
-#include "dspark/spec/runner.hpp"
-#include "dspark/spec/session.hpp"
+#include "dspark/speculative/lookup.hpp"
+#include "dspark/speculative/runner.hpp"
+#include "dspark/speculative/session.hpp"
 #include "spec_test_util.hpp"
 
 namespace dspark {

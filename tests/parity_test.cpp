@@ -43,7 +43,7 @@
 #include <vector>
 
 #include "dspark/model/loaded_model.hpp"
-#include "dspark/spec/generate.hpp"
+#include "dspark/speculative/generate.hpp"
 #include "test_util.hpp"
 
 namespace {

@@ -24,7 +24,7 @@
 #include "dspark/io/gguf.hpp"
 #include "dspark/io/safetensors.hpp"
 #include "dspark/model/target.hpp"
-#include "dspark/spec/generate.hpp"
+#include "dspark/speculative/generate.hpp"
 #include "dspark/tokenizer/chat_template.hpp"
 #include "dspark/tokenizer/tokenizer.hpp"
 #include "spec_test_util.hpp"

@@ -16,7 +16,7 @@
 #include "dspark/error.hpp"
 #include "dspark/io/safetensors.hpp"
 #include "dspark/model/loaded_model.hpp"
-#include "dspark/spec/generate.hpp"
+#include "dspark/speculative/generate.hpp"
 #include "dspark/train/regen.hpp"
 #include "test_util.hpp"
 

@@ -7,9 +7,9 @@
 #include <cmath>
 #include <random>
 
-#include "dspark/spec/calibration.hpp"
-#include "dspark/spec/scheduler.hpp"
-#include "dspark/spec/sps_profile.hpp"
+#include "dspark/speculative/calibration.hpp"
+#include "dspark/speculative/scheduler.hpp"
+#include "dspark/speculative/sps_profile.hpp"
 #include "spec_test_util.hpp"
 
 namespace dspark {

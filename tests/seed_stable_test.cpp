@@ -12,8 +12,8 @@
 #include <set>
 #include <vector>
 
-#include "dspark/spec/runner.hpp"
-#include "dspark/spec/seed_stable.hpp"
+#include "dspark/speculative/runner.hpp"
+#include "dspark/speculative/seed_stable.hpp"
 #include "spec_test_util.hpp"
 
 namespace {

@@ -28,9 +28,9 @@
 #include "dspark/serve/api.hpp"
 #include "dspark/serve/engine.hpp"
 #include "dspark/serve/stop_matcher.hpp"
-#include "dspark/spec/drafter.hpp"
-#include "dspark/spec/generate.hpp"
-#include "dspark/spec/runner.hpp"
+#include "dspark/speculative/drafter.hpp"
+#include "dspark/speculative/generate.hpp"
+#include "dspark/speculative/runner.hpp"
 #include "test_util.hpp"
 
 namespace dspark::serve {

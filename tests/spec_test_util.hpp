@@ -28,10 +28,10 @@
 
 #include "dspark/error.hpp"
 #include "dspark/model/loaded_model.hpp"
-#include "dspark/spec/drafter.hpp"
-#include "dspark/spec/generate.hpp"
-#include "dspark/spec/sampling.hpp"
-#include "dspark/spec/speculative.hpp"
+#include "dspark/speculative/drafter.hpp"
+#include "dspark/speculative/generate.hpp"
+#include "dspark/speculative/sampling.hpp"
+#include "dspark/speculative/speculative.hpp"
 #include "test_util.hpp"
 
 namespace dspark::spectest {

@@ -23,9 +23,9 @@
 #include <vector>
 
 #include "dspark/error.hpp"
-#include "dspark/spec/runner.hpp"
-#include "dspark/spec/session.hpp"
-#include "dspark/spec/speculative.hpp"
+#include "dspark/speculative/runner.hpp"
+#include "dspark/speculative/session.hpp"
+#include "dspark/speculative/speculative.hpp"
 #include "spec_test_util.hpp"
 
 namespace {

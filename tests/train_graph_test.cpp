@@ -22,8 +22,8 @@
 
 #include "dspark/error.hpp"
 #include "dspark/model/target.hpp"
-#include "dspark/spec/drafter.hpp"
-#include "dspark/spec/sampling.hpp"
+#include "dspark/speculative/drafter.hpp"
+#include "dspark/speculative/sampling.hpp"
 #include "dspark/train/drafter_graph.hpp"
 #include "dspark/train/loss.hpp"
 #include "test_util.hpp"

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "dspark/error.hpp"
-#include "dspark/spec/drafter.hpp"
+#include "dspark/speculative/drafter.hpp"
 #include "dspark/train/drafter_graph.hpp"
 #include "dspark/train/loss.hpp"
 

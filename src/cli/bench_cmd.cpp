@@ -12,8 +12,8 @@
 #include "dspark/error.hpp"
 #include "dspark/train/regen.hpp"
 #include "dspark/model/loaded_model.hpp"
-#include "dspark/spec/runner.hpp"
-#include "dspark/spec/session.hpp"
+#include "dspark/speculative/runner.hpp"
+#include "dspark/speculative/session.hpp"
 
 namespace dspark::cli {
 

@@ -16,8 +16,8 @@
 #include "dspark/error.hpp"
 #include "dspark/io/atomic_file.hpp"
 #include "dspark/model/loaded_model.hpp"
-#include "dspark/spec/calibration.hpp"
-#include "dspark/spec/checkpoint.hpp"
+#include "dspark/speculative/calibration.hpp"
+#include "dspark/speculative/checkpoint.hpp"
 #include "dspark/train/regen.hpp"
 
 namespace dspark::cli {

@@ -7,8 +7,8 @@
 #include <string>
 
 #include "dspark/ops/linear.hpp"
-#include "dspark/spec/generate.hpp"
-#include "dspark/spec/sampling.hpp"
+#include "dspark/speculative/generate.hpp"
+#include "dspark/speculative/sampling.hpp"
 
 namespace dspark::cli {
 
@@ -46,7 +46,7 @@ void refuse_existing_drafter(const std::string& dir, bool force);
 /// count() tells whether a seed was named).
 CLI::Option* add_sampling_options(CLI::App& app, SamplingParams& p);
 
-/// --sampling-rule auto|rejection|seed-stable (dspark/spec/sampling.hpp,
+/// --sampling-rule auto|rejection|seed-stable (dspark/speculative/sampling.hpp,
 /// docs/sampling.md).
 struct RuleOption {
   std::string rule = "auto";

@@ -8,7 +8,7 @@
 #include "dspark/error.hpp"
 #include "dspark/io/atomic_file.hpp"
 #include "dspark/model/loaded_model.hpp"
-#include "dspark/spec/checkpoint.hpp"
+#include "dspark/speculative/checkpoint.hpp"
 #include "dspark/train/draft_vocab.hpp"
 
 namespace dspark::cli {

@@ -9,8 +9,8 @@
 #include <unistd.h>
 
 #include "dspark/error.hpp"
-#include "dspark/spec/checkpoint.hpp"
-#include "dspark/spec/sps_profile.hpp"
+#include "dspark/speculative/checkpoint.hpp"
+#include "dspark/speculative/sps_profile.hpp"
 
 namespace dspark::cli {
 

@@ -6,8 +6,8 @@
 #include <string>
 
 #include "common.hpp"
-#include "dspark/spec/drafter.hpp"
-#include "dspark/spec/speculative.hpp"
+#include "dspark/speculative/drafter.hpp"
+#include "dspark/speculative/speculative.hpp"
 
 namespace dspark::cli {
 

@@ -1,5 +1,5 @@
 // `dspark export`: writes a drafter in another project's format (llama.cpp's
-// dflash GGUF, DeepSpec's Hugging Face layout); see dspark/spec/interop.hpp.
+// dflash GGUF, DeepSpec's Hugging Face layout); see dspark/speculative/interop.hpp.
 #include <filesystem>
 #include <iostream>
 
@@ -7,8 +7,8 @@
 #include "drafter_options.hpp"
 #include "dspark/error.hpp"
 #include "dspark/model/target.hpp"
-#include "dspark/spec/checkpoint.hpp"
-#include "dspark/spec/interop.hpp"
+#include "dspark/speculative/checkpoint.hpp"
+#include "dspark/speculative/interop.hpp"
 
 namespace dspark::cli {
 

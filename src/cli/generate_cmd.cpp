@@ -5,8 +5,8 @@
 #include <iostream>
 
 #include "dspark/model/loaded_model.hpp"
-#include "dspark/spec/runner.hpp"
-#include "dspark/spec/session.hpp"
+#include "dspark/speculative/runner.hpp"
+#include "dspark/speculative/session.hpp"
 #include "dspark/tokenizer/tokenizer.hpp"
 
 namespace dspark::cli {

@@ -6,8 +6,8 @@
 #include "common.hpp"
 #include "dspark/error.hpp"
 #include "dspark/model/target.hpp"
-#include "dspark/spec/checkpoint.hpp"
-#include "dspark/spec/interop.hpp"
+#include "dspark/speculative/checkpoint.hpp"
+#include "dspark/speculative/interop.hpp"
 
 namespace dspark::cli {
 

@@ -5,7 +5,7 @@
 #include "common.hpp"
 #include "dspark/error.hpp"
 #include "dspark/model/target.hpp"
-#include "dspark/spec/checkpoint.hpp"
+#include "dspark/speculative/checkpoint.hpp"
 
 namespace dspark::cli {
 

@@ -6,7 +6,7 @@
 
 #include "common.hpp"
 #include "dspark/model/target.hpp"
-#include "dspark/spec/sps_profile.hpp"
+#include "dspark/speculative/sps_profile.hpp"
 
 namespace dspark::cli {
 

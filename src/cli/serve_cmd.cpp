@@ -15,7 +15,7 @@
 #include "dspark/model/loaded_model.hpp"
 #include "dspark/serve/engine.hpp"
 #include "dspark/serve/server.hpp"
-#include "dspark/spec/sps_profile.hpp"
+#include "dspark/speculative/sps_profile.hpp"
 
 namespace dspark::cli {
 

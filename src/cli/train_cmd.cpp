@@ -8,7 +8,7 @@
 #include "dspark/error.hpp"
 #include "dspark/model/loaded_model.hpp"
 #include "dspark/model/target.hpp"
-#include "dspark/spec/checkpoint.hpp"
+#include "dspark/speculative/checkpoint.hpp"
 #include "dspark/train/data.hpp"
 #include "dspark/train/draft_vocab.hpp"
 #include "dspark/train/trainer.hpp"

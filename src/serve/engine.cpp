@@ -13,8 +13,8 @@
 
 #include "dspark/error.hpp"
 #include "dspark/serve/stop_matcher.hpp"
-#include "dspark/spec/runner.hpp"
-#include "dspark/spec/session.hpp"
+#include "dspark/speculative/runner.hpp"
+#include "dspark/speculative/session.hpp"
 
 namespace dspark::serve {
 

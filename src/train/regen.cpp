@@ -24,7 +24,7 @@
 #include "dspark/error.hpp"
 #include "dspark/io/atomic_file.hpp"
 #include "dspark/io/safetensors.hpp"
-#include "dspark/spec/runner.hpp"
+#include "dspark/speculative/runner.hpp"
 #include "dspark/tokenizer/tokenizer.hpp"
 
 namespace dspark::train {

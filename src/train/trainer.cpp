@@ -21,7 +21,7 @@
 #include "dspark/error.hpp"
 #include "dspark/io/atomic_file.hpp"
 #include "dspark/model/aten_forward.hpp"
-#include "dspark/spec/checkpoint.hpp"
+#include "dspark/speculative/checkpoint.hpp"
 #include "dspark/train/data.hpp"
 #include "dspark/train/drafter_graph.hpp"
 #include "dspark/train/feature_cache.hpp"

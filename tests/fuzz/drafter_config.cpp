@@ -4,7 +4,7 @@
 #include <filesystem>
 
 #include "dspark/error.hpp"
-#include "dspark/spec/drafter_config.hpp"
+#include "dspark/speculative/drafter_config.hpp"
 #include "fuzz_util.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -21,9 +21,9 @@ target_link_options(dspark_fuzz_core PUBLIC ${DSPARK_FUZZ_SANITIZE})
 
 # Per target: the further sources it drives.
 set(DSPARK_FUZZ_SOURCES_safetensors src/io/safetensors_header.cpp)
-set(DSPARK_FUZZ_SOURCES_drafter_config src/spec/drafter_config.cpp)
-set(DSPARK_FUZZ_SOURCES_http_request src/serve/api.cpp src/spec/sampling.cpp src/spec/seed_stable.cpp
-    src/spec/stats.cpp)
+set(DSPARK_FUZZ_SOURCES_drafter_config src/speculative/drafter_config.cpp)
+set(DSPARK_FUZZ_SOURCES_http_request src/serve/api.cpp src/speculative/sampling.cpp src/speculative/seed_stable.cpp
+    src/speculative/stats.cpp)
 set(DSPARK_FUZZ_TORCH safetensors)
 
 foreach(t ${DSPARK_FUZZ_TARGETS})

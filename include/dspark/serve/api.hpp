@@ -22,7 +22,7 @@
 
 #include "dspark/error.hpp"
 #include "dspark/serve/outcome.hpp"
-#include "dspark/spec/sampling.hpp"
+#include "dspark/speculative/sampling.hpp"
 #include "dspark/tokenizer/chat_template.hpp"
 
 namespace dspark::serve {

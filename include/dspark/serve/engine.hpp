@@ -2,7 +2,7 @@
 // across requests.
 //
 // One engine thread owns the target model. It keeps up to `parallel` active
-// SpecSessions and steps them with a BatchRunner (dspark/spec/runner.hpp):
+// SpecSessions and steps them with a BatchRunner (dspark/speculative/runner.hpp):
 // every step each decoding session drafts, the verify lengths are chosen
 // (all drafted positions, or DSpark's prefix scheduler when an SPS profile
 // is given), then ONE ragged target forward call carries every session's
@@ -29,8 +29,8 @@
 #include <vector>
 
 #include "dspark/serve/outcome.hpp"
-#include "dspark/spec/generate.hpp"
-#include "dspark/spec/speculative.hpp"
+#include "dspark/speculative/generate.hpp"
+#include "dspark/speculative/speculative.hpp"
 #include "dspark/tokenizer/tokenizer.hpp"
 
 namespace dspark {

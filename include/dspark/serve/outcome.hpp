@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-#include "dspark/spec/stats.hpp"
+#include "dspark/speculative/stats.hpp"
 
 namespace dspark::serve {
 

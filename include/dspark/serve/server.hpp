@@ -23,7 +23,7 @@
 
 #include "dspark/model/loaded_model.hpp"
 #include "dspark/serve/engine.hpp"
-#include "dspark/spec/sampling.hpp"
+#include "dspark/speculative/sampling.hpp"
 
 namespace dspark::serve {
 

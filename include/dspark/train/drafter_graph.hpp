@@ -37,7 +37,7 @@
 #include <map>
 #include <string>
 
-#include "dspark/spec/drafter.hpp"
+#include "dspark/speculative/drafter.hpp"
 
 namespace dspark::train {
 

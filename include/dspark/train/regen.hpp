@@ -54,8 +54,8 @@
 
 #include "dspark/model/loaded_model.hpp"
 #include "dspark/model/target.hpp"
-#include "dspark/spec/generate.hpp"
-#include "dspark/spec/sampling.hpp"
+#include "dspark/speculative/generate.hpp"
+#include "dspark/speculative/sampling.hpp"
 
 namespace dspark::train {
 

@@ -53,7 +53,7 @@
 #include <vector>
 
 #include "dspark/model/target.hpp"
-#include "dspark/spec/drafter.hpp"
+#include "dspark/speculative/drafter.hpp"
 #include "dspark/train/loss.hpp"
 
 namespace dspark::train {

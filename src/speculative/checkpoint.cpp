@@ -1,0 +1,149 @@
+// Drafter checkpoint read/write; see include/dspark/speculative/checkpoint.hpp.
+#include "dspark/io/regular_file.hpp"
+#include "dspark/speculative/checkpoint.hpp"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "dspark/error.hpp"
+#include "dspark/io/atomic_file.hpp"
+#include "dspark/io/safetensors.hpp"
+#include "json_get.hpp"
+
+namespace dspark {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int kVersion = 1;
+
+}  // namespace
+
+void save_drafter(const Drafter& drafter, const std::string& dir, bool bf16,
+                  const nlohmann::json& extra) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw Error(dir + ": cannot create the drafter directory: " + ec.message());
+  const auto& cfg = drafter.config();
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  nlohmann::json names = nlohmann::json::array();
+  for (const auto& [name, shape] : Drafter::param_spec(cfg)) {
+    at::Tensor t = drafter.params().at(name).detach();
+    tensors.emplace_back(name, bf16 ? t.to(at::kBFloat16) : t.to(at::kFloat));
+    names.push_back(name);
+  }
+  // Both files are first written completely under temporary names and only
+  // then renamed into place, weights first: a failure while writing either
+  // leaves the previous checkpoint untouched.
+  const std::string weights = (fs::path(dir) / "model.safetensors").string();
+  const std::string config = (fs::path(dir) / "dspark.json").string();
+  const std::string weights_tmp = weights + ".new", config_tmp = config + ".new";
+  try {
+    io::save_safetensors(weights_tmp, tensors, {{"format", "pt"}});
+    nlohmann::json j = {
+        {"kind", "dspark-drafter"},
+        {"variant", "dspark"},
+        {"version", kVersion},
+        {"target_id", cfg.target_id},
+        {"config", config_to_json(cfg)},
+        {"dims", {{"hidden_size", cfg.hidden}, {"vocab_size", cfg.vocab}, {"eps", cfg.eps}}},
+        {"param_names", names},
+        {"weights_bytes", static_cast<int64_t>(fs::file_size(weights_tmp))},
+        {"dtype", bf16 ? "bf16" : "f32"},
+    };
+    for (const auto& [k, v] : extra.items()) j[k] = v;
+    io::write_json_atomic(config_tmp, j);
+    fs::rename(weights_tmp, weights);
+    fs::rename(config_tmp, config);
+  } catch (const fs::filesystem_error& e) {
+    std::error_code ec;
+    fs::remove(weights_tmp, ec);
+    fs::remove(config_tmp, ec);
+    throw Error(dir + ": cannot write the drafter checkpoint: " + e.what());
+  } catch (...) {
+    std::error_code ec;
+    fs::remove(weights_tmp, ec);
+    fs::remove(config_tmp, ec);
+    throw;
+  }
+}
+
+Drafter load_drafter(const std::string& dir) {
+  const nlohmann::json j = read_drafter_json(dir);
+  const std::string where = (fs::path(dir) / "dspark.json").string();
+  if (!j.is_object()) throw FormatError(where + ": expected a JSON object");
+  if (j.contains("kind") && (!j["kind"].is_string() || j["kind"] != "dspark-drafter")) {
+    throw FormatError(where + ": 'kind' is " + j["kind"].dump() +
+                      ", expected \"dspark-drafter\" (this is not a drafter checkpoint)");
+  }
+  if (j.contains("version") && (!j["version"].is_number_integer() || j["version"].get<int64_t>() < 1 ||
+                                j["version"].get<int64_t>() > kVersion)) {
+    throw FormatError(where + ": format version " + j["version"].dump() + ", this build reads versions 1.." +
+                      std::to_string(kVersion) +
+                      (j["version"].is_number_integer() && j["version"].get<int64_t>() > kVersion
+                           ? " (written by a newer dspark)"
+                           : ""));
+  }
+  if (!j.contains("variant")) {
+    throw FormatError(where +
+                      ": no 'variant' key: this is the obsolete single-vector drafter format, which "
+                      "this version cannot load; retrain the drafter with `dspark train` (or "
+                      "re-create it with `dspark init-drafter`)");
+  }
+  const std::string variant = json_get<std::string>(j, "variant", where);
+  if (variant != "dspark" && variant != "dflash") {
+    throw FormatError(where + ": unknown variant '" + variant + "' (expected dspark or dflash)");
+  }
+  DrafterConfig cfg = config_from_json(j, where);
+  if (variant == "dflash" && !j.at("config").contains("seq_head")) cfg.seq_head = SeqHead::None;
+
+  const std::string weights = (fs::path(dir) / "model.safetensors").string();
+  const int64_t weights_bytes = j.contains("weights_bytes") ? json_get<int64_t>(j, "weights_bytes", where) : -1;
+  if (fs::exists(weights)) io::require_regular_file(weights, "drafter weights (safetensors file)");
+  if (weights_bytes >= 0 && fs::exists(weights) &&
+      static_cast<int64_t>(fs::file_size(weights)) != weights_bytes) {
+    throw FormatError(weights + ": size " + std::to_string(fs::file_size(weights)) +
+                      " bytes does not match dspark.json weights_bytes " +
+                      std::to_string(weights_bytes) + " (incomplete or mismatched checkpoint)");
+  }
+  io::SafetensorsData data = io::load_safetensors_dir(dir);
+  std::map<std::string, at::Tensor> params;
+  if (variant == "dflash") {
+    // Legacy DFlash drafters have no sequential/confidence head: start those
+    // from their initial values (W2 = 0, so drafting is pure DFlash).
+    Drafter fresh = Drafter::init(cfg, 0);
+    params = fresh.params();
+  }
+  for (auto& [name, t] : data.tensors) {
+    params[name] = t.to(at::kFloat);
+    if (!at::isfinite(params[name]).all().item<bool>())
+      throw FormatError(weights + ": tensor '" + name + "' holds NaN or infinite values (a diverged or corrupt drafter)");
+  }
+  try {
+    return Drafter(cfg, std::move(params));
+  } catch (const FormatError& e) {
+    throw FormatError(weights + ": " + e.what());
+  }
+}
+
+void check_drafter_matches(const DrafterConfig& c, const TargetInfo& t) {
+  if (c.target_id != t.id || c.hidden != t.hidden || c.vocab != t.vocab) {
+    throw InvalidArgument("drafter/target mismatch: the drafter was built for '" + c.target_id +
+                          "' (hidden " + std::to_string(c.hidden) + ", vocab " +
+                          std::to_string(c.vocab) + "), the loaded target is '" + t.id +
+                          "' (hidden " + std::to_string(t.hidden) + ", vocab " +
+                          std::to_string(t.vocab) + ")");
+  }
+  for (int l : c.tap_layers)
+    if (l < 0 || l >= t.n_layers)
+      throw InvalidArgument("drafter taps target layer " + std::to_string(l) + " but the target has layers 0.." +
+                            std::to_string(t.n_layers - 1));
+}
+
+}  // namespace dspark
+
+namespace dspark {
+void Drafter::check_target(const TargetInfo& target) const { check_drafter_matches(cfg_, target); }
+}  // namespace dspark
