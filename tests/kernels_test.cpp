@@ -219,9 +219,7 @@ TEST(KernelsRmsNorm, MatchesDoubleReference) {
     const auto w = randn(D, rng);
     const float eps = 1e-5f;
     std::vector<float> out(N * D);
-    std::vector<uint16_t> outb(N * D);
     k::rmsnorm_f32(x.data(), w.data(), N, D, eps, out.data());
-    k::rmsnorm_to_bf16(x.data(), w.data(), N, D, eps, outb.data());
     for (int64_t n = 0; n < N; ++n) {
       double ss = 0;
       for (int64_t d = 0; d < D; ++d) ss += static_cast<double>(x[n * D + d]) * x[n * D + d];
@@ -229,8 +227,6 @@ TEST(KernelsRmsNorm, MatchesDoubleReference) {
       for (int64_t d = 0; d < D; ++d) {
         const double r = x[n * D + d] * inv * w[d];
         ASSERT_NEAR(out[n * D + d], r, 1e-5 * std::fabs(r) + 1e-6) << n << "," << d;
-        // The bf16 output is the fp32 result rounded.
-        ASSERT_EQ(outb[n * D + d], k::f32_to_bf16(out[n * D + d])) << n << "," << d;
       }
     }
     // Row-wise: one row alone gives the same bits.

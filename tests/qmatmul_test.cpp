@@ -1,8 +1,8 @@
 // Tests for the quantized matrix products (ops/qmatmul): hand-built blocks of
-// every weight type, an fp64 reference of dequant(W) · dequant(quant(x)), the
-// AVX512-VNNI kernels against the portable ones (bitwise), and batch
-// invariance: a row's result has the same bits alone, at every position of
-// batches of 1..32, in ragged batches and with 1 or 2 threads.
+// every weight type, an fp64 reference of dequant(W) · dequant(quant(x)),
+// every kernel table this CPU runs against the portable one (bitwise), and
+// batch invariance: a row's result has the same bits alone, at every position
+// of batches of 1..32, in ragged batches and with 1 or 2 threads.
 #include "dspark/ops/qmatmul.hpp"
 
 #include <ATen/Parallel.h>
@@ -16,8 +16,10 @@
 #include <vector>
 
 #include "dspark/error.hpp"
-#include "test_util.hpp"
 #include "dspark/io/dequant.hpp"
+#include "ops/kernel_table.hpp"
+#include "ops/qlinear_table.hpp"
+#include "test_util.hpp"
 
 namespace {
 
@@ -161,8 +163,9 @@ TEST_P(QTypes, MatchesFp64Reference) {
   ops::QLinear layer{{W.m}};
   const auto x = randn(static_cast<size_t>(N * K), rng);
   std::vector<float> y(static_cast<size_t>(N * O));
-  for (auto kern : {ops::QKernel::Portable, ops::QKernel::Auto}) {
-    ops::qlinear(x.data(), N, layer, y.data(), O, kern);
+  for (auto level : ops::supported_kernel_levels()) {
+    SCOPED_TRACE(ops::to_string(level));
+    ops::qlinear(x.data(), N, layer, y.data(), O, level);
     for (int64_t n = 0; n < N; ++n) {
       std::vector<double> ref, mag;
       reference(W.m, x.data() + n * K, ref, mag);
@@ -174,19 +177,29 @@ TEST_P(QTypes, MatchesFp64Reference) {
   }
 }
 
-TEST_P(QTypes, VnniEqualsPortableBitwise) {
-  if (!ops::has_avx512vnni()) GTEST_SKIP() << "no AVX512-VNNI";
+// Every kernel table this CPU runs (a level's variants too, e.g. AVX2 with and
+// without AVX-VNNI) gives the portable kernel's bits: full and partial tiles
+// (50 rows = 3 x 16 + 2), 1 to 40 activation rows, two row lengths.
+TEST_P(QTypes, EveryKernelTableEqualsPortableBitwise) {
   std::mt19937 rng(12);
   const GGMLType t = GetParam();
-  const int64_t O = 50, K = cols_for(t);
-  auto W = random_matrix(t, O, K, rng);
-  ops::QLinear layer{{W.m}};
-  for (int64_t N : {1, 3, 8}) {
-    const auto x = randn(static_cast<size_t>(N * K), rng);
-    std::vector<float> a(static_cast<size_t>(N * O)), b(a.size());
-    ops::qlinear(x.data(), N, layer, a.data(), O, ops::QKernel::Avx512Vnni);
-    ops::qlinear(x.data(), N, layer, b.data(), O, ops::QKernel::Portable);
-    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << "N=" << N;
+  const int64_t O = 50;
+  for (int64_t K : {cols_for(t), 4 * cols_for(t)}) {
+    auto W = random_matrix(t, O, K, rng);
+    ops::QLinear layer{{W.m}};
+    for (int64_t N : {1, 2, 3, 8, 17, 40}) {
+      const auto x = randn(static_cast<size_t>(N * K), rng);
+      const ops::QActivations xq(x.data(), N, K, layer, ops::KernelLevel::Portable);
+      std::vector<float> want(static_cast<size_t>(N * O));
+      ops::detail::qlinear_table(xq, layer, want.data(), O, ops::detail::kPortableKernels);
+      for (const auto* kt : ops::detail::runnable_tables()) {
+        const ops::QActivations xl(x.data(), N, K, layer, kt->level);
+        std::vector<float> got(want.size());
+        ops::detail::qlinear_table(xl, layer, got.data(), O, *kt);
+        EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * 4))
+            << ops::to_string(kt->level) << " K=" << K << " N=" << N;
+      }
+    }
   }
 }
 
@@ -229,9 +242,12 @@ TEST(QMatmul, MixedPartsAndOddBlockCount) {
   const int64_t N = 6, ldy = 33;
   const auto x = randn(static_cast<size_t>(N * K), rng);
   std::vector<float> y(static_cast<size_t>(N * ldy), -1.f), yp(y.size(), -1.f);
-  ops::qlinear(x.data(), N, layer, y.data(), ldy);
-  ops::qlinear(x.data(), N, layer, yp.data(), ldy, ops::QKernel::Portable);
-  EXPECT_EQ(0, std::memcmp(y.data(), yp.data(), y.size() * 4));
+  ops::qlinear(x.data(), N, layer, yp.data(), ldy, ops::KernelLevel::Portable);
+  for (auto level : ops::supported_kernel_levels()) {
+    std::fill(y.begin(), y.end(), -1.f);
+    ops::qlinear(x.data(), N, layer, y.data(), ldy, level);
+    EXPECT_EQ(0, std::memcmp(y.data(), yp.data(), y.size() * 4)) << ops::to_string(level);
+  }
   for (int64_t n = 0; n < N; ++n) {
     int64_t o0 = 0;
     for (const auto* m : {&A.m, &B.m, &C.m}) {
@@ -268,12 +284,14 @@ float run_one(GGMLType t, const std::vector<uint8_t>& bytes, int64_t K, const st
   m.rows = 1;
   m.cols = K;
   m.data = bytes.data();
-  float y = 0;
-  ops::qlinear(x.data(), 1, ops::QLinear{{m}}, &y, 1);
   float yp = 0;
-  ops::qlinear(x.data(), 1, ops::QLinear{{m}}, &yp, 1, ops::QKernel::Portable);
-  EXPECT_EQ(y, yp);
-  return y;
+  ops::qlinear(x.data(), 1, ops::QLinear{{m}}, &yp, 1, ops::KernelLevel::Portable);
+  for (auto level : ops::supported_kernel_levels()) {
+    float y = 0;
+    ops::qlinear(x.data(), 1, ops::QLinear{{m}}, &y, 1, level);
+    EXPECT_EQ(y, yp) << ops::to_string(level);
+  }
+  return yp;
 }
 
 TEST(QMatmulBlocks, Q4_0AndQ4_1NibbleOrder) {

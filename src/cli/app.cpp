@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "dspark/error.hpp"
+#include "dspark/ops/kernel_level.hpp"
 #include "generate_cmd.hpp"
 
 namespace dspark::cli {
@@ -26,7 +27,16 @@ std::unique_ptr<Command> make_import(CLI::App& app, CLI::App*& sub);
 
 int run(int argc, char** argv) {
   CLI::App app{"dspark: DSpark speculative decoding engine"};
-  app.set_version_flag("--version", std::string("dspark ") + DSPARK_VERSION);
+  // The kernel level is fixed for the process (DSPARK_KERNELS may force a
+  // lower one): refuse a bad choice before any work.
+  try {
+    ops::active_kernel_level();
+  } catch (const dspark::Error& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 2;
+  }
+  app.set_version_flag("--version", std::string("dspark ") + DSPARK_VERSION + " (kernels " +
+                                        ops::kernel_description() + ")");
   app.require_subcommand(1);
   std::vector<std::pair<CLI::App*, std::unique_ptr<Command>>> commands;
   {

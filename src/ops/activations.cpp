@@ -1,32 +1,37 @@
-// Elementwise activations; see include/dspark/ops/activations.hpp.
+// Elementwise activations; see include/dspark/ops/activations.hpp. The
+// arithmetic runs in the active kernel level's table (kernel_table.hpp).
 #include "dspark/ops/activations.hpp"
 
 #include <ATen/Parallel.h>
 
-#include <cmath>
+#include <algorithm>
+
+#include "kernel_table.hpp"
 
 namespace dspark::ops {
 
 float gelu_tanh(float x) {
-  constexpr float kSqrt2OverPi = 0.7978845608028654f;
-  return 0.5f * x * (1.f + std::tanh(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
+  const float one = 1.f;
+  float out;
+  detail::active_kernels().gelu_tanh_mul(&x, &one, 1, &out);
+  return out;
 }
 
 void gelu_tanh_mul(const float* gu, int64_t N, int64_t F, float* out) {
-  at::parallel_for(0, N * F, 2048, [&](int64_t i0, int64_t i1) {
+  const auto& kt = detail::active_kernels();
+  const int64_t per_row = (F + 2047) / 2048;
+  at::parallel_for(0, N * per_row, 1, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
-      const int64_t n = i / F, f = i % F;
-      out[i] = gelu_tanh(gu[n * 2 * F + f]) * gu[n * 2 * F + F + f];
+      const int64_t n = i / per_row, f0 = (i % per_row) * 2048, nf = std::min<int64_t>(2048, F - f0);
+      kt.gelu_tanh_mul(gu + n * 2 * F + f0, gu + n * 2 * F + F + f0, nf, out + n * F + f0);
     }
   });
 }
 
 void softcap(float* x, int64_t n, float cap) {
   if (!(cap > 0)) return;
-  const float inv = 1.f / cap;
-  at::parallel_for(0, n, 16384, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) x[i] = cap * std::tanh(x[i] * inv);
-  });
+  const auto& kt = detail::active_kernels();
+  at::parallel_for(0, n, 16384, [&](int64_t i0, int64_t i1) { kt.softcap(x + i0, i1 - i0, cap); });
 }
 
 void scale(float* x, int64_t n, float s) {

@@ -1,72 +1,19 @@
 // Sliding-window attention over a ring-buffer cache; see
-// include/dspark/ops/attention_window.hpp.
+// include/dspark/ops/attention_window.hpp. The keys of a query are one or two
+// contiguous runs of ring rows (before and after the wrap), visited in
+// position order with the active level's attention kernels.
 #include "dspark/ops/attention_window.hpp"
 
 #include <ATen/Parallel.h>
 
 #include <algorithm>
-#include <cmath>
 #include <string>
 #include <vector>
 
 #include "dspark/error.hpp"
-#include "simd_reduce.hpp"
+#include "kernel_table.hpp"
 
 namespace dspark::ops {
-
-namespace {
-
-bool has_avx512f() {
-  static const bool ok = __builtin_cpu_supports("avx512f");
-  return ok;
-}
-
-// s[j] = scale * q·k_j for the keys of positions j0 .. j0 + L - 1 (rows (j0 + j) % cap).
-__attribute__((target("avx512f"))) void scores_avx512(const float* q, const float* K, int64_t cap, int64_t j0,
-                                                      int64_t L, int64_t hd, float scale, float* s) {
-  for (int64_t j = 0; j < L; ++j) {
-    const float* k = K + ((j0 + j) % cap) * hd;
-    __m512 acc = _mm512_setzero_ps();
-    for (int64_t i = 0; i < hd; i += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(q + i), _mm512_loadu_ps(k + i), acc);
-    s[j] = simd::hsum16(acc) * scale;
-  }
-}
-
-void scores_portable(const float* q, const float* K, int64_t cap, int64_t j0, int64_t L, int64_t hd, float scale,
-                     float* s) {
-  for (int64_t j = 0; j < L; ++j) {
-    const float* k = K + ((j0 + j) % cap) * hd;
-    float acc[16] = {0};
-    for (int64_t i = 0; i < hd; i += 16)
-      for (int l = 0; l < 16; ++l) acc[l] = std::fma(q[i + l], k[i + l], acc[l]);
-    s[j] = simd::tree16(acc) * scale;
-  }
-}
-
-// acc[d] = Σ_j p[j] V_j[d] in position order, one fused multiply-add per term.
-__attribute__((target("avx512f"))) void pv_avx512(const float* p, const float* V, int64_t cap, int64_t j0,
-                                                  int64_t L, int64_t hd, float* acc) {
-  for (int64_t d0 = 0; d0 < hd; d0 += 64) {
-    const int nr = static_cast<int>(std::min<int64_t>(4, (hd - d0) / 16));
-    __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-    for (int64_t j = 0; j < L; ++j) {
-      const float* v = V + ((j0 + j) % cap) * hd + d0;
-      const __m512 pj = _mm512_set1_ps(p[j]);
-      for (int r = 0; r < nr; ++r) a[r] = _mm512_fmadd_ps(pj, _mm512_loadu_ps(v + 16 * r), a[r]);
-    }
-    for (int r = 0; r < nr; ++r) _mm512_storeu_ps(acc + d0 + 16 * r, a[r]);
-  }
-}
-
-void pv_portable(const float* p, const float* V, int64_t cap, int64_t j0, int64_t L, int64_t hd, float* acc) {
-  std::fill(acc, acc + hd, 0.f);
-  for (int64_t j = 0; j < L; ++j) {
-    const float* v = V + ((j0 + j) % cap) * hd;
-    for (int64_t d = 0; d < hd; ++d) acc[d] = std::fma(p[j], v[d], acc[d]);
-  }
-}
-
-}  // namespace
 
 void attention_window(const float* q, int64_t q_stride, const float* K, const float* V, int64_t cap,
                       int64_t n_past, int64_t T, int64_t n_heads, int64_t n_kv, int64_t hd, int64_t window,
@@ -79,9 +26,9 @@ void attention_window(const float* q, int64_t q_stride, const float* K, const fl
     throw InvalidArgument("attention_window: a ring of " + std::to_string(cap) + " rows cannot hold the " +
                           std::to_string(span) + " positions this call reads");
   if (T == 0) return;
+  const auto& kt = detail::active_kernels();
   const int64_t group = n_heads / n_kv;
   const int64_t L_max = std::min(window, n_past + T);
-  const bool fast = has_avx512f();
   at::parallel_for(0, T * n_heads, std::max<int64_t>(1, 65536 / std::max<int64_t>(L_max * hd * 2, 1)),
                    [&](int64_t i0, int64_t i1) {
     std::vector<float> p(static_cast<size_t>(L_max)), acc(static_cast<size_t>(hd));
@@ -91,12 +38,14 @@ void attention_window(const float* q, int64_t q_stride, const float* K, const fl
       const float* qv = q + t * q_stride + h * hd;
       const float* Kg = K + g * cap * hd;
       const float* Vg = V + g * cap * hd;
-      if (fast) scores_avx512(qv, Kg, cap, j0, L, hd, scale, p.data());
-      else scores_portable(qv, Kg, cap, j0, L, hd, scale, p.data());
-      const float sum = simd::exp_shifted(p.data(), L);
-      if (fast) pv_avx512(p.data(), Vg, cap, j0, L, hd, acc.data());
-      else pv_portable(p.data(), Vg, cap, j0, L, hd, acc.data());
-      const float inv = 1.f / sum;
+      // Positions j0 .. j0 + L - 1 live in rows r0 .. cap - 1, then 0 .. (wrapped).
+      const int64_t r0 = j0 % cap, L1 = std::min(L, cap - r0), L2 = L - L1;
+      kt.scores(qv, Kg + r0 * hd, L1, hd, scale, p.data());
+      if (L2 > 0) kt.scores(qv, Kg, L2, hd, scale, p.data() + L1);
+      const float inv = 1.f / kt.softmax_num(p.data(), L);
+      std::fill(acc.begin(), acc.end(), 0.f);
+      kt.pv(p.data(), Vg + r0 * hd, L1, hd, acc.data());
+      if (L2 > 0) kt.pv(p.data() + L1, Vg, L2, hd, acc.data());
       float* o = out + t * n_heads * hd + h * hd;
       for (int64_t d = 0; d < hd; ++d) o[d] = acc[d] * inv;
     }

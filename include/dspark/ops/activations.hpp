@@ -11,7 +11,8 @@ namespace dspark::ops {
 
 /// GELU with the tanh approximation (Hendrycks & Gimpel 2016; PyTorch
 /// `gelu(x, approximate="tanh")`, Gemma's `gelu_pytorch_tanh`), in fp32:
-/// 0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³))).
+/// 0.5 x (1 + tanh z) with z = √(2/π) (x + 0.044715 x³), computed as the
+/// equal x / (1 + exp(-2z)) with the kernels' exp (src/ops/kernel_table.hpp).
 float gelu_tanh(float x);
 
 /// GeGLU gating (Shazeer 2020): out[n, f] = gelu_tanh(gu[n, f]) * gu[n, F + f].
@@ -20,7 +21,7 @@ float gelu_tanh(float x);
 void gelu_tanh_mul(const float* gu, int64_t N, int64_t F, float* out);
 
 /// Logit soft-capping (Gemma 2): x ← cap · tanh(x / cap) over n fp32 values in
-/// place. cap <= 0 leaves x unchanged.
+/// place, tanh y = sign(y) (1 - 2 / (exp(2|y|) + 1)). cap <= 0 leaves x unchanged.
 void softcap(float* x, int64_t n, float cap);
 
 /// x ← x · s over n fp32 values in place.

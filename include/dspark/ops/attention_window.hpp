@@ -20,11 +20,9 @@ namespace dspark::ops {
 /// max(0, p - window + 1) .. p, scores scaled by `scale`; head h reads KV
 /// group h / (n_heads / n_kv). out: [T, n_heads * hd] fp32.
 ///
-/// Batch invariant: each (t, head) is one fixed sequence of fp32 operations
-/// (q·k in 16 lanes of fused multiply-adds finished by simd::tree16's order;
-/// softmax over keys in position order; P·V by one fused multiply-add per
-/// key and element, in position order), on AVX-512 and in the portable
-/// path alike. Parallel over (t, head) with ATen threads.
+/// Batch invariant: each (t, head) is one fixed sequence of fp32 operations,
+/// those of ops::attention (kernels.hpp) over the keys in position order, on
+/// every kernel level. Parallel over (t, head) with ATen threads.
 /// Throws dspark::InvalidArgument when hd is not a multiple of 16, window < 1,
 /// or cap < min(n_past + T, window + T - 1) (a needed key would have been
 /// overwritten).

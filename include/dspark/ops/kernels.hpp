@@ -7,9 +7,12 @@
 // of position t must not depend on how many tokens the same forward call
 // verifies, or greedy speculative output could drift from plain decoding.
 //
+// The arithmetic runs on the process's kernel level (kernel_level.hpp), with
+// the same bits on every level: each output is one fixed sequence of fp32
+// operations (src/ops/kernel_table.hpp states it per kernel).
+//
 // bf16 values are passed as uint16_t bit patterns (the upper half of an
-// IEEE fp32). On CPUs with AVX512-BF16 the dot products use vdpbf16ps; other
-// CPUs take a portable path (same results for a given machine).
+// IEEE fp32).
 #pragma once
 
 #include <cstdint>
@@ -25,19 +28,16 @@ float bf16_to_f32(uint16_t v);
 /// x: [N, K] bf16 (row stride K), W: [O, K] bf16 (row stride K),
 /// y: [N, O] fp32 with row stride `ldy` (>= O). Parallel over O.
 /// K must be a multiple of 32 (throws dspark::InvalidArgument otherwise).
-/// Each result is bitwise independent of N, of the other rows and of the
-/// thread count. Decode is bound by weight memory traffic, so the kernel
-/// prefetches the next 16-row weight block while computing the current one;
-/// with several rows this overlaps memory and arithmetic (SmolLM2's matmuls,
-/// 1 thread: 8 rows 18.0 -> 13.5 ms, 1 row 10.5 -> 8.2 ms).
+/// Each result is a 16-lane sum (lane l over k = l, l+16, ...; products of
+/// bf16 values are exact in fp32), bitwise independent of N, of the other
+/// rows, of the thread count and of the kernel level. The kernel prefetches
+/// the next 16-row weight block while computing the current one.
 void linear_bf16(const uint16_t* x, int64_t N, const uint16_t* W, int64_t O, int64_t K,
                  float* y, int64_t ldy);
 
-/// RMSNorm (Zhang & Sennrich 2019) of each row: out = x / sqrt(mean(x^2) + eps) * w.
-/// x: [N, D] fp32, w: [D] fp32, out: [N, D] bf16.
-void rmsnorm_to_bf16(const float* x, const float* w, int64_t N, int64_t D, float eps,
-                     uint16_t* out);
-/// Same, fp32 output (for hidden taps that must keep precision).
+/// RMSNorm (Zhang & Sennrich 2019) of each row: out = x / sqrt(mean(x^2) + eps) * w,
+/// as (x · inv) · w with inv = 1 / sqrt(Σx²/D + eps), Σx² a 16-lane sum.
+/// x: [N, D] fp32, w: [D] fp32, out: [N, D] fp32 (may alias x).
 void rmsnorm_f32(const float* x, const float* w, int64_t N, int64_t D, float eps, float* out);
 
 /// Rotary position embedding (RoFormer, Su et al. 2021), "normal" pair layout
@@ -54,17 +54,15 @@ void rope_pairs(float* x, int64_t T, int64_t row_stride, int64_t n_heads, int64_
 /// causal: query t sees keys 0..n_past+t; otherwise every query sees keys
 /// 0..n_past+T-1 (bidirectional inside the block, as the drafter needs).
 /// out: [T, n_heads*hd] fp32. Each (t, head) pair is computed independently
-/// (batch invariant); with AVX-512 and hd % 16 == 0, scores go 16 keys per
-/// reduction and P·V keeps its accumulators in registers, in the scalar
-/// path's order per element (P·V by fused multiply-adds). With hd % 64 == 0, up to six
-/// queries of one KV group share each pass over its keys and values (same
-/// operations per element, so the same bits).
-/// Parallel over (group, t, head); the split never changes a result.
+/// (batch invariant): scores s_j = (q·k_j as a 16-lane sum) · scale, p_j =
+/// exp(s_j - max s) with their 16-lane sum S, o = (Σ_j p_j v_j, j in order) · (1/S).
+/// Parallel over (t, head); the split never changes a result.
 void attention(const float* q, int64_t q_stride, const float* K, const float* V, int64_t cap,
                int64_t n_past, int64_t T, int64_t n_heads, int64_t n_kv, int64_t hd, float scale,
                float* out, bool causal = true);
 
-/// SwiGLU: out[n, f] = silu(gu[n, f]) * gu[n, F + f]; gu: [N, 2F] fp32, out: [N, F] fp32.
+/// SwiGLU: out[n, f] = silu(gu[n, f]) * gu[n, F + f]; gu: [N, 2F] fp32, out: [N, F] fp32;
+/// silu(g) = g / (1 + exp(-g)) with the kernels' exp.
 /// Parallel over elements (ATen threads); results do not depend on the split.
 void silu_mul(const float* gu, int64_t N, int64_t F, float* out);
 

@@ -4,7 +4,8 @@
 // the activations are quantized per row to int8 blocks of 32 with an fp32
 // scale, and each output is a sum over blocks of integer dot products
 // (AVX512-VNNI `vpdpbusd`, unsigned weight codes x signed activation codes)
-// scaled in fp32. Supported weight types (ggml-common.h layouts, see
+// scaled in fp32 (vpdpbusd / vpmaddubsw / sdot per kernel level, see
+// kernel_level.hpp). Supported weight types (ggml-common.h layouts, see
 // io/dequant.cpp): Q8_0, Q4_0, Q4_1, Q5_0 (32-element blocks) and Q4_K, Q6_K
 // (256-element super-blocks).
 //
@@ -21,13 +22,16 @@
 // Batch invariance. A dot product is one fixed sequence of fp32 operations
 // over its fold units u (the blocks, or Q6_K's 16-element sub-blocks), in
 // order:  I_u = Σ q·x_q - (offset) Σ x_q  exactly in int32, then
-//   acc  = fma(float(I_u), dw_u·dx_u, acc)
-//   accm = fma(mw_u, dx_u·Σx_q, accm)        (Q4_1, Q4_K)
-//   y    = acc + accm.
-// The AVX512-VNNI kernels compute it for 16 weight rows at once (one row per
-// lane) and the portable path one row at a time, with the same operations,
-// so each result is bitwise the same for every batch size, row position,
-// thread split and kernel.
+//   acc  = acc + float(I_u) · (dw_u · dx_u)
+//   accm = accm + mw_u · (dx_u · Σx_q)        (Q4_1, Q4_K)
+//   y    = acc + accm
+// (each operation rounded on its own: no fused multiply-add). The SIMD
+// kernels compute it for 8 or 16 weight rows at once (one row per lane) and
+// the portable path one row at a time, with the same operations, so each
+// result is bitwise the same for every batch size, row position, thread split
+// and kernel level. Weights are read from 16-row tiles packed at load time
+// by levels that want them (src/ops/qpack.hpp), from the GGUF blocks
+// otherwise.
 #pragma once
 
 #include <cstdint>
@@ -35,29 +39,37 @@
 #include <vector>
 
 #include "dspark/io/gguf.hpp"
+#include "dspark/ops/kernel_level.hpp"
 
 namespace dspark::ops {
+
+namespace detail {
+struct PackedQ;
+}  // namespace detail
 
 /// True when qlinear computes on weights of this ggml type.
 bool quant_supported(io::GGMLType type);
 
 /// One weight matrix in a ggml block format: `rows` rows of `cols` values,
 /// row-major, each row `row_bytes()` bytes of whole blocks. `data` usually
-/// points into a mapped GGUF file; `owner` keeps copied data alive.
+/// points into a mapped GGUF file; `owner` keeps copied data alive. `packed`:
+/// the same weights in 16-row tiles for the active kernel level, when it
+/// reads them (set by qmatrix_from_gguf, gather_rows and pack()).
 struct QMatrix {
   io::GGMLType type = io::GGMLType::Q8_0;
   int64_t rows = 0;
   int64_t cols = 0;
   const uint8_t* data = nullptr;
   std::shared_ptr<const void> owner;
+  std::shared_ptr<const detail::PackedQ> packed;
 
   int64_t row_bytes() const;
   const uint8_t* row(int64_t r) const { return data + r * row_bytes(); }
-  /// A view of rows [r0, r0 + n) (shares the owner).
-  QMatrix slice_rows(int64_t r0, int64_t n) const;
   /// A copy holding only the listed rows, in that order (for a draft
   /// vocabulary's LM-head rows). Throws InvalidArgument on a bad id.
   QMatrix gather_rows(const std::vector<int64_t>& ids) const;
+  /// Sets `packed` when the active kernel level reads packed tiles.
+  void pack_for_active_level();
   /// Row r dequantized into out[cols] (fp32).
   void dequantize_row(int64_t r, float* out) const;
 };
@@ -88,8 +100,10 @@ class QActivations {
   /// weights per block of 32 (Q8_0 / Q8_1 rows: x_q = round(x·127/max|x|),
   /// dx = max|x|/127 and dx·Σx_q as binary16); for Q4_K and Q6_K per block
   /// of 256 (Q8_K rows: the value of largest magnitude maps to -127, dx fp32).
-  /// Throws InvalidArgument when K is not a whole number of blocks.
+  /// Throws InvalidArgument when K is not a whole number of blocks. The codes
+  /// are the same on every kernel level (`level`: the active one by default).
   QActivations(const float* x, int64_t N, int64_t K, const QLinear& layer);
+  QActivations(const float* x, int64_t N, int64_t K, const QLinear& layer, KernelLevel level);
   int64_t n() const { return n_; }
   int64_t k() const { return k_; }
   /// Pairs of row `n` in layout `layout` (see qmatmul.cpp).
@@ -100,23 +114,19 @@ class QActivations {
   std::vector<uint8_t> buf_[4];  // per format: [N, n_pairs, 112 bytes]
 };
 
-/// Which implementation runs the integer dot products.
-enum class QKernel { Auto, Avx512Vnni, Portable };
-
 /// y[n, o] = Σ_k dequant(W)[o, k] · dequant(quant(x))[n, k] for n < N,
 /// o < layer.rows(); y [N, O] fp32 with row stride ldy (>= O). `cols` must
 /// be a multiple of 32 (of 256 for the K-quants). Parallel over output rows
 /// (ATen threads). Results are bitwise the same for every N, row position,
-/// thread count and `kernel` (see the file comment).
-/// Throws InvalidArgument on a dimension mismatch.
-void qlinear(const QActivations& x, const QLinear& layer, float* y, int64_t ldy,
-             QKernel kernel = QKernel::Auto);
+/// thread count and kernel level (see the file comment): the active level,
+/// or `level` (a level whose kernels read packed tiles packs matrices that
+/// lack them for this call). Throws InvalidArgument on a dimension mismatch
+/// or a level this CPU cannot run.
+void qlinear(const QActivations& x, const QLinear& layer, float* y, int64_t ldy);
+void qlinear(const QActivations& x, const QLinear& layer, float* y, int64_t ldy, KernelLevel level);
 
 /// Convenience: quantizes x [N, K] fp32 and multiplies.
-void qlinear(const float* x, int64_t N, const QLinear& layer, float* y, int64_t ldy,
-             QKernel kernel = QKernel::Auto);
-
-/// True when this CPU runs the AVX512-VNNI kernels.
-bool has_avx512vnni();
+void qlinear(const float* x, int64_t N, const QLinear& layer, float* y, int64_t ldy);
+void qlinear(const float* x, int64_t N, const QLinear& layer, float* y, int64_t ldy, KernelLevel level);
 
 }  // namespace dspark::ops

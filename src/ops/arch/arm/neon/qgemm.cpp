@@ -1,0 +1,197 @@
+// NEON level: quantized tiles on packed weights (src/ops/qpack.hpp) with the
+// dot-product extension's sdot.
+//
+// A 16-row tile is computed as two halves of 8 rows, one row per 32-bit lane
+// of two q registers (rows 0-3 and 4-7 of the half). For each fold unit the
+// unit's code groups are unpacked once (group g: 4 codes of each row) and used
+// for every activation row: the activation's 4 codes of group g are
+// replicated to every lane (ld1r) and `sdot` adds the 4 products into each
+// row's lane, so a lane sums its row's unit exactly in int32. All codes fit
+// int8 (4-6 bit codes are unsigned and small; Q8_0 keeps its signed codes, so
+// its sum needs no offset). The fold then runs for 4 rows per register with
+// qmatmul.hpp's operations: acc = acc + I·(dw·dx), accm = accm + mw·(dx·s).
+#include <arm_neon.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "../../../level_kernels.hpp"
+#include "../../../qformat.hpp"
+#include "../../../qpack.hpp"
+
+#pragma GCC push_options
+#pragma GCC target("+dotprod")
+
+namespace dspark::ops::neon {
+
+namespace {
+
+using detail::kQTypeInfo;
+using detail::QType;
+using detail::XPair;
+
+struct Q2 {
+  uint8x16_t a, b;  // rows 0-3, 4-7 of the half
+};
+inline Q2 load_q2(const uint8_t* p) { return {vld1q_u8(p), vld1q_u8(p + 16)}; }
+struct F2 {
+  float32x4_t a, b;
+};
+inline F2 half8(const uint8_t* p) {
+  const float16x8_t h = vreinterpretq_f16_u8(vld1q_u8(p));
+  return {vcvt_f32_f16(vget_low_f16(h)), vcvt_high_f32_f16(h)};
+}
+inline F2 u8x8(const uint8_t* p) {
+  const uint16x8_t w = vmovl_u8(vld1_u8(p));
+  return {vcvtq_f32_u32(vmovl_u16(vget_low_u16(w))), vcvtq_f32_u32(vmovl_high_u16(w))};
+}
+inline F2 s8x8(const uint8_t* p) {
+  const int16x8_t w = vmovl_s8(vld1_s8(reinterpret_cast<const int8_t*>(p)));
+  return {vcvtq_f32_s32(vmovl_s16(vget_low_s16(w))), vcvtq_f32_s32(vmovl_high_s16(w))};
+}
+inline F2 mul(F2 x, F2 y) { return {vmulq_f32(x.a, y.a), vmulq_f32(x.b, y.b)}; }
+inline F2 negate(F2 x) { return {vnegq_f32(x.a), vnegq_f32(x.b)}; }
+
+inline Q2 lo_nibbles(Q2 v) { return {vandq_u8(v.a, vdupq_n_u8(0x0F)), vandq_u8(v.b, vdupq_n_u8(0x0F))}; }
+inline Q2 hi_nibbles(Q2 v) { return {vshrq_n_u8(v.a, 4), vshrq_n_u8(v.b, 4)}; }
+// Bits moved by `shift` (negative: right) within each byte, masked.
+inline Q2 bits(Q2 h, int shift, uint8_t mask) {
+  const int8x16_t s = vdupq_n_s8(static_cast<int8_t>(shift));
+  return {vandq_u8(vshlq_u8(h.a, s), vdupq_n_u8(mask)), vandq_u8(vshlq_u8(h.b, s), vdupq_n_u8(mask))};
+}
+inline Q2 orr(Q2 x, Q2 y) { return {vorrq_u8(x.a, y.a), vorrq_u8(x.b, y.b)}; }
+
+template <QType T>
+constexpr int kGroups = T == detail::kQ6_K ? 4 : 8;
+
+struct Unit {
+  Q2 codes[8];
+  int groups[8];
+  F2 dw, mw;
+};
+
+template <QType T>
+inline void load_unit(const uint8_t* ch, int j, int u, int h, Unit& w) {
+  const int r8 = 32 * h;
+  if constexpr (T == detail::kQ8_0) {
+    for (int i = 0; i < 8; ++i) {
+      w.codes[i] = load_q2(ch + (8 * u + i) * 64 + r8);
+      w.groups[i] = 8 * u + i;
+    }
+    w.dw = half8(ch + 1024 + (u * 16 + 8 * h) * 2);
+  } else if constexpr (T == detail::kQ4_0 || T == detail::kQ4_1 || T == detail::kQ5_0) {
+    for (int i = 0; i < 4; ++i) {
+      const Q2 P = load_q2(ch + (4 * u + i) * 64 + r8);
+      w.codes[i] = lo_nibbles(P);
+      w.codes[4 + i] = hi_nibbles(P);
+      w.groups[i] = 4 * u + i;
+      w.groups[4 + i] = 8 + 4 * u + i;
+    }
+    if constexpr (T == detail::kQ5_0) {
+      const Q2 H0 = load_q2(ch + 512 + r8), H1 = load_q2(ch + 576 + r8);
+      for (int i = 0; i < 4; ++i) {
+        w.codes[i] = orr(w.codes[i], bits(H0, 4 - (4 * u + i), 0x10));
+        w.codes[4 + i] = orr(w.codes[4 + i], bits(H1, 4 - (4 * u + i), 0x10));
+      }
+    }
+    const int sc = T == detail::kQ5_0 ? 640 : 512;
+    w.dw = half8(ch + sc + (u * 16 + 8 * h) * 2);
+    if constexpr (T == detail::kQ4_1) w.mw = half8(ch + sc + 64 + (u * 16 + 8 * h) * 2);
+  } else if constexpr (T == detail::kQ4_K) {
+    const uint8_t* nib = ch + 320 + j * 512;
+    for (int i = 0; i < 8; ++i) {
+      const Q2 P = load_q2(nib + i * 64 + r8);
+      w.codes[i] = u == 0 ? lo_nibbles(P) : hi_nibbles(P);
+      w.groups[i] = 8 * u + i;
+    }
+    const int k = 2 * j + u;
+    w.dw = mul(half8(ch + 16 * h), u8x8(ch + 64 + k * 16 + 8 * h));
+    w.mw = negate(mul(half8(ch + 32 + 16 * h), u8x8(ch + 192 + k * 16 + 8 * h)));
+  } else {
+    static_assert(T == detail::kQ6_K);
+    const uint8_t* pj = ch + 288 + j * 768;
+    const Q2 HB = load_q2(pj + 512 + u * 64 + r8);
+    for (int i = 0; i < 4; ++i) {
+      const Q2 P = load_q2(pj + (4 * (u % 2) + i) * 64 + r8);
+      w.codes[i] = orr(u < 2 ? lo_nibbles(P) : hi_nibbles(P), bits(HB, 4 - 2 * i, 0x30));
+      w.groups[i] = 4 * u + i;
+    }
+    w.dw = mul(half8(ch + 16 * h), s8x8(ch + 32 + (4 * j + u) * 16 + 8 * h));
+  }
+}
+
+struct I2 {
+  int32x4_t a, b;
+};
+
+template <int kN>
+inline I2 unit_sum(const Unit& w, const XPair& a) {
+  I2 s = {vdupq_n_s32(0), vdupq_n_s32(0)};
+  for (int i = 0; i < kN; ++i) {
+    int32_t g;
+    std::memcpy(&g, a.q + 4 * w.groups[i], 4);
+    const int8x16_t x = vreinterpretq_s8_s32(vdupq_n_s32(g));
+    s.a = vdotq_s32(s.a, vreinterpretq_s8_u8(w.codes[i].a), x);
+    s.b = vdotq_s32(s.b, vreinterpretq_s8_u8(w.codes[i].b), x);
+  }
+  return s;
+}
+
+template <QType T>
+void tile(const detail::QTile& t, const XPair* const* x, int64_t N, int64_t n_blocks32, float* y, int64_t ldy,
+          float* scratch) {
+  constexpr auto ti = kQTypeInfo[T];
+  constexpr int U = detail::units_of(ti.layout);
+  constexpr bool kK = T == detail::kQ4_K || T == detail::kQ6_K;
+  constexpr int pairs_per_chunk = kK ? 4 : 1;
+  constexpr int shift = T == detail::kQ8_0 ? 0 : ti.shift;  // Q8_0's codes stay signed
+  const int64_t n_pairs = (n_blocks32 + 1) / 2, chunks = n_pairs / pairs_per_chunk;
+  const bool odd = n_blocks32 % 2 != 0;
+  const int64_t cb = detail::chunk_bytes(T);
+  for (int h = 0; h < (t.rows > 8 ? 2 : 1); ++h) {
+    for (int64_t i = 0; i < 16 * N; ++i) scratch[i] = 0.f;
+    for (int64_t c = 0; c < chunks; ++c) {
+      const uint8_t* ch = t.packed + c * cb;
+      for (int j = 0; j < pairs_per_chunk; ++j) {
+        const int64_t p = c * pairs_per_chunk + j;
+        const int units = odd && p == n_pairs - 1 ? U / 2 : U;
+        for (int u = 0; u < units; ++u) {
+          Unit w;
+          load_unit<T>(ch, j, u, h, w);
+          for (int64_t n = 0; n < N; ++n) {
+            const XPair& a = x[n][p];
+            I2 I = unit_sum<kGroups<T>>(w, a);
+            if (shift) {
+              const int32x4_t off = vdupq_n_s32(a.s[u] * (1 << shift));
+              I = {vsubq_s32(I.a, off), vsubq_s32(I.b, off)};
+            }
+            float* acc = scratch + 16 * n;
+            const float32x4_t dx = vdupq_n_f32(a.dx[u]);
+            vst1q_f32(acc, vaddq_f32(vld1q_f32(acc), vmulq_f32(vcvtq_f32_s32(I.a), vmulq_f32(w.dw.a, dx))));
+            vst1q_f32(acc + 4, vaddq_f32(vld1q_f32(acc + 4), vmulq_f32(vcvtq_f32_s32(I.b), vmulq_f32(w.dw.b, dx))));
+            if constexpr (ti.float_min) {
+              const float32x4_t sdx = vdupq_n_f32(a.sdx[u]);
+              vst1q_f32(acc + 8, vaddq_f32(vld1q_f32(acc + 8), vmulq_f32(w.mw.a, sdx)));
+              vst1q_f32(acc + 12, vaddq_f32(vld1q_f32(acc + 12), vmulq_f32(w.mw.b, sdx)));
+            }
+          }
+        }
+      }
+    }
+    const int rows = t.rows - 8 * h < 8 ? t.rows - 8 * h : 8;
+    for (int64_t n = 0; n < N; ++n) {
+      const float* acc = scratch + 16 * n;
+      float o[8];
+      for (int r = 0; r < 8; ++r) o[r] = ti.float_min ? acc[r] + acc[8 + r] : acc[r];
+      for (int r = 0; r < rows; ++r) y[n * ldy + 8 * h + r] = o[r];
+    }
+  }
+}
+
+}  // namespace
+
+DSPARK_DEFINE_QTILES(tile)
+
+}  // namespace dspark::ops::neon
+
+#pragma GCC pop_options

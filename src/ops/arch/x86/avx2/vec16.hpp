@@ -1,0 +1,81 @@
+// vec16.hpp — the AVX2 level's 16-lane vector (internal): two 8-lane ymm
+// registers, lanes 0-7 and 8-15, with portable/vec16.hpp's semantics. Include
+// it after `#pragma GCC target("avx2,f16c")`.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+namespace dspark::ops::avx2 {
+
+struct Vec {
+  struct V {
+    __m256 a, b;  // lanes 0-7, 8-15
+  };
+  static V load(const float* p) { return {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}; }
+  static V load_n(const float* p, int n) {
+    alignas(32) float t[16] = {};
+    for (int i = 0; i < n; ++i) t[i] = p[i];
+    return {_mm256_load_ps(t), _mm256_load_ps(t + 8)};
+  }
+  static void store(float* p, V v) {
+    _mm256_storeu_ps(p, v.a);
+    _mm256_storeu_ps(p + 8, v.b);
+  }
+  static void store_n(float* p, V v, int n) {
+    alignas(32) float t[16];
+    _mm256_store_ps(t, v.a);
+    _mm256_store_ps(t + 8, v.b);
+    for (int i = 0; i < n; ++i) p[i] = t[i];
+  }
+  static V keep_n(V v, int n) {
+    const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), vn = _mm256_set1_epi32(n);
+    const __m256 ka = _mm256_castsi256_ps(_mm256_cmpgt_epi32(vn, idx));
+    const __m256 kb = _mm256_castsi256_ps(_mm256_cmpgt_epi32(vn, _mm256_add_epi32(idx, _mm256_set1_epi32(8))));
+    return {_mm256_and_ps(v.a, ka), _mm256_and_ps(v.b, kb)};
+  }
+  static V set1(float x) { return {_mm256_set1_ps(x), _mm256_set1_ps(x)}; }
+  static V zero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
+  static V add(V x, V y) { return {_mm256_add_ps(x.a, y.a), _mm256_add_ps(x.b, y.b)}; }
+  static V sub(V x, V y) { return {_mm256_sub_ps(x.a, y.a), _mm256_sub_ps(x.b, y.b)}; }
+  static V mul(V x, V y) { return {_mm256_mul_ps(x.a, y.a), _mm256_mul_ps(x.b, y.b)}; }
+  static V div(V x, V y) { return {_mm256_div_ps(x.a, y.a), _mm256_div_ps(x.b, y.b)}; }
+  // maxps/minps: x > y ? x : y and x < y ? x : y per lane, as the reference.
+  static V max(V x, V y) { return {_mm256_max_ps(x.a, y.a), _mm256_max_ps(x.b, y.b)}; }
+  static V min(V x, V y) { return {_mm256_min_ps(x.a, y.a), _mm256_min_ps(x.b, y.b)}; }
+  static V round_even(V x) {
+    const __m256 m = _mm256_set1_ps(12582912.f);
+    return {_mm256_sub_ps(_mm256_add_ps(x.a, m), m), _mm256_sub_ps(_mm256_add_ps(x.b, m), m)};
+  }
+  static __m256 pow2i8(__m256 n) {
+    const __m256i e = _mm256_add_epi32(_mm256_cvttps_epi32(n), _mm256_set1_epi32(127));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(e, 23));
+  }
+  static V pow2i(V n) { return {pow2i8(n.a), pow2i8(n.b)}; }
+  static V abs(V x) {
+    const __m256 m = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    return {_mm256_and_ps(x.a, m), _mm256_and_ps(x.b, m)};
+  }
+  static V copysign(V mag, V sign) {
+    const __m256 s = _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(0x80000000u)));
+    return {_mm256_or_ps(_mm256_andnot_ps(s, mag.a), _mm256_and_ps(s, sign.a)),
+            _mm256_or_ps(_mm256_andnot_ps(s, mag.b), _mm256_and_ps(s, sign.b))};
+  }
+  /// tree16 of a 16-lane value held as two 8-lane halves.
+  static float hsum8x2(__m256 lo, __m256 hi) {
+    const __m256 s8 = _mm256_add_ps(lo, hi);                                           // l, l+8
+    const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));  // l, l+4
+    const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));                           // l, l+2
+    return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));                   // l, l+1
+  }
+  static float hsum(V x) { return hsum8x2(x.a, x.b); }
+  static float hmax(V x) {
+    const __m256 m8 = _mm256_max_ps(x.a, x.b);
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(m8), _mm256_extractf128_ps(m8, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    return _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps(m, m, 1)));
+  }
+};
+
+}  // namespace dspark::ops::avx2
