@@ -37,6 +37,7 @@ test: build python
 
 test-full: build python
 	cd $(BUILD_DIR) && DSPARK_TEST_FULL=1 ctest --output-on-failure -j 1 --timeout 5400
+	scripts/test_kernel_levels_full.sh $(BUILD_DIR)
 	DSPARK=$(DSPARK) python3 -m pytest -q tests/python
 
 # libFuzzer targets (clang) in build-fuzz, each for FUZZ_SECONDS, two at a

@@ -7,6 +7,7 @@
 // the same way in qmatmul_test.cpp.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -26,6 +27,24 @@ namespace {
 namespace ops = dspark::ops;
 using ops::detail::KernelTable;
 using ops::detail::kPortableKernels;
+
+// With DSPARK_LEVEL_RUN set (the per-level test runs CMakeLists.txt adds),
+// the whole binary skips when DSPARK_KERNELS names a level this CPU lacks or
+// the level the default run already covers (the best one).
+class ForcedLevelEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    const char* run = std::getenv("DSPARK_LEVEL_RUN");
+    const char* forced = std::getenv("DSPARK_KERNELS");
+    if (!run || !forced || !*forced) return;
+    const auto levels = ops::supported_kernel_levels();
+    const auto want = ops::kernel_level_from_string(forced);
+    if (std::find(levels.begin(), levels.end(), want) == levels.end())
+      GTEST_SKIP() << "this CPU does not run the " << forced << " kernels";
+    if (want == levels.back()) GTEST_SKIP() << forced << " is this CPU's default level: the main run covers it";
+  }
+};
+const auto* const kForcedLevel = ::testing::AddGlobalTestEnvironment(new ForcedLevelEnvironment);
 
 std::vector<float> randn(size_t n, std::mt19937& rng, float scale = 1.f) {
   std::normal_distribution<float> d(0.f, scale);

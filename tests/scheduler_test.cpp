@@ -7,6 +7,7 @@
 #include <cmath>
 #include <random>
 
+#include "dspark/ops/kernel_level.hpp"
 #include "dspark/speculative/calibration.hpp"
 #include "dspark/speculative/scheduler.hpp"
 #include "dspark/speculative/sps_profile.hpp"
@@ -246,7 +247,8 @@ TEST(SpsProfile, MeasureSaveLoadRoundTrip) {
   EXPECT_EQ(p.b, (std::vector<int>{1, 2, 3, 4}));
   EXPECT_EQ(p.sps.size(), 4u);
   EXPECT_EQ(p.multi_b, (std::vector<int>{2, 3, 4}));
-  EXPECT_EQ(p.model, t.info().id + "@" + t.info().compute);  // keyed by model and compute path
+  // keyed by model, compute path and kernel level
+  EXPECT_EQ(p.model, t.info().id + "@" + t.info().compute + "@" + dspark::ops::to_string(dspark::ops::active_kernel_level()));
   test::TempDir dir;
   const std::string path = dir.file("sub/profile.json");
   save_sps_profile(path, p);

@@ -35,8 +35,10 @@ int run(int argc, char** argv) {
     std::cerr << "error: " << e.what() << "\n";
     return 2;
   }
+  std::string levels;
+  for (ops::KernelLevel l : ops::supported_kernel_levels()) levels += (levels.empty() ? "" : " ") + ops::to_string(l);
   app.set_version_flag("--version", std::string("dspark ") + DSPARK_VERSION + " (kernels " +
-                                        ops::kernel_description() + ")");
+                                        ops::kernel_description() + "; this CPU runs: " + levels + ")");
   app.require_subcommand(1);
   std::vector<std::pair<CLI::App*, std::unique_ptr<Command>>> commands;
   {

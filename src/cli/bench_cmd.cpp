@@ -10,6 +10,7 @@
 #include "common.hpp"
 #include "drafter_options.hpp"
 #include "dspark/error.hpp"
+#include "dspark/ops/kernel_level.hpp"
 #include "dspark/train/regen.hpp"
 #include "dspark/model/loaded_model.hpp"
 #include "dspark/speculative/runner.hpp"
@@ -133,6 +134,7 @@ class BenchCommand : public Command {
                           {"temperature", sampling_.temperature},
                           {"sampling_rule", sampling_.greedy() ? nlohmann::json() : nlohmann::json(to_string(sampling_.rule))},
                           {"threads", model_.threads},
+                          {"kernels", ops::kernel_description()},
                           {"plain_tok_s", median(agg_plain)},
                           {"prefill_tok_s", median(agg_prefill)},
                           {"plain_tok_s_runs", agg_plain}};
@@ -189,6 +191,7 @@ class BenchCommand : public Command {
   }
 
   static void print_table(const nlohmann::json& agg, const nlohmann::json& rows, bool spec) {
+    std::printf("kernels %s, %d threads\n", agg["kernels"].get<std::string>().c_str(), agg["threads"].get<int>());
     if (spec) {
       std::printf("%-10s %6s %10s %10s %8s %9s\n", "prompt", "tau", "plain t/s", "spec t/s", "speedup", "lossless");
       for (const auto& r : rows) {

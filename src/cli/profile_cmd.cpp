@@ -6,6 +6,7 @@
 
 #include "common.hpp"
 #include "dspark/model/target.hpp"
+#include "dspark/ops/kernel_level.hpp"
 #include "dspark/speculative/sps_profile.hpp"
 
 namespace dspark::cli {
@@ -35,6 +36,7 @@ class ProfileCommand : public Command {
     auto target = load_target(model_.model, model_.compute_mode());
     const std::string path = out_.empty() ? default_profile_path(sps_profile_key(target->info())) : out_;
     prepare_output_file(path, "--out");
+    std::printf("kernels %s, %d threads\n", ops::kernel_description().c_str(), model_.threads);
     std::printf("%6s %12s %12s\n", "B", "steps/s", "ms/step");
     const SpsProfile p = measure_sps(*target, o_, [](int b, double sps) {
       std::printf("%6d %12.2f %12.3f\n", b, sps, 1e3 / sps);

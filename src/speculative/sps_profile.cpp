@@ -2,6 +2,8 @@
 #include "dspark/io/regular_file.hpp"
 #include "dspark/speculative/sps_profile.hpp"
 
+#include "dspark/ops/kernel_level.hpp"
+
 #include <ATen/Parallel.h>
 
 #include <algorithm>
@@ -158,7 +160,9 @@ std::string dspark_home_dir() {
   return std::string(home && *home ? home : ".") + "/.cache/dspark";
 }
 
-std::string sps_profile_key(const TargetInfo& t) { return t.id + "@" + t.compute; }
+std::string sps_profile_key(const TargetInfo& t) {
+  return t.id + "@" + t.compute + "@" + ops::to_string(ops::active_kernel_level());
+}
 
 std::string default_profile_path(const std::string& model_id) {
   std::string name = model_id.empty() ? "model" : model_id;

@@ -68,6 +68,7 @@ SpsProfile sps_profile_from_json(const nlohmann::json& j, const std::string& whe
 
 /// "<target id>@<compute>", e.g. "llama/smollm2-135M-...@quant": what a
 /// profile was measured on.
+/// "<model id>@<compute path>@<kernel level>": verify costs differ per path and level.
 std::string sps_profile_key(const TargetInfo& t);
 
 /// $DSPARK_HOME (or ~/.cache/dspark when unset).

@@ -20,7 +20,7 @@
 #include "../../../qpack.hpp"
 
 #pragma GCC push_options
-#pragma GCC target("+dotprod")
+#pragma GCC target("arch=armv8.2-a+dotprod")
 
 namespace dspark::ops::neon {
 
