@@ -123,11 +123,14 @@ TEST(KernelLevels, DotAndScoresEqualPortable) {
     expect_every_level_equal("dot", [&](const KernelTable& kt) { return std::vector<float>{kt.dot(a.data(), b.data(), n)}; });
   }
   for (int64_t hd : {16, 64, 80, 256}) {
-    const int64_t L = 37;
-    const auto q = randn(hd, rng), K = randn(L * hd, rng);
+    // Three queries reading 37, 20 and 1 keys in one pass.
+    const int64_t L[3] = {37, 20, 1};
+    const auto q = randn(3 * hd, rng), K = randn(L[0] * hd, rng);
     expect_every_level_equal("scores", [&](const KernelTable& kt) {
-      std::vector<float> s(L);
-      kt.scores(q.data(), K.data(), L, hd, 0.125f, s.data());
+      std::vector<float> s(3 * L[0], -1.f);
+      const float* qs[3] = {q.data(), q.data() + hd, q.data() + 2 * hd};
+      float* ss[3] = {s.data(), s.data() + L[0], s.data() + 2 * L[0]};
+      kt.scores(qs, L, 3, K.data(), hd, 0.125f, ss);
       return s;
     });
   }
@@ -145,10 +148,13 @@ TEST(KernelLevels, SoftmaxAndPvEqualPortable) {
       return p;
     });
     for (int64_t hd : {16, 24, 64, 256}) {
-      const auto p = randn(L, rng), V = randn(L * hd, rng), acc0 = randn(hd, rng);
+      const auto p = randn(2 * L, rng), V = randn(L * hd, rng), acc0 = randn(2 * hd, rng);
       expect_every_level_equal("pv", [&](const KernelTable& kt) {
         auto acc = acc0;
-        kt.pv(p.data(), V.data(), L, hd, acc.data());
+        const float* ps[2] = {p.data(), p.data() + L};
+        float* as[2] = {acc.data(), acc.data() + hd};
+        kt.pv(ps, 2, V.data(), 0, L / 2, hd, as);
+        kt.pv(ps + 1, 1, V.data(), L / 2, L, hd, as + 1);
         return acc;
       });
     }

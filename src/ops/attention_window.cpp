@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "dspark/error.hpp"
+#include "attention_group.hpp"
 #include "kernel_table.hpp"
 
 namespace dspark::ops {
@@ -29,25 +30,28 @@ void attention_window(const float* q, int64_t q_stride, const float* K, const fl
   const auto& kt = detail::active_kernels();
   const int64_t group = n_heads / n_kv;
   const int64_t L_max = std::min(window, n_past + T);
-  at::parallel_for(0, T * n_heads, std::max<int64_t>(1, 65536 / std::max<int64_t>(L_max * hd * 2, 1)),
-                   [&](int64_t i0, int64_t i1) {
-    std::vector<float> p(static_cast<size_t>(L_max)), acc(static_cast<size_t>(hd));
-    for (int64_t i = i0; i < i1; ++i) {
-      const int64_t t = i / n_heads, h = i % n_heads, g = h / group;
+  // Passes over one KV group's keys: a block of its heads at one position
+  // (every head of a position reads the same window).
+  const auto gs = detail::group_shape(group, n_kv, T, false, 2 * at::get_num_threads());
+  const int64_t hblocks = (group + gs.heads - 1) / gs.heads;
+  at::parallel_for(0, n_kv * hblocks * T, 1, [&](int64_t u0, int64_t u1) {
+    detail::GroupAttention pass(L_max, hd);
+    const float* qs[detail::kMaxGroupQueries];
+    float* outs[detail::kMaxGroupQueries];
+    int64_t Ls[detail::kMaxGroupQueries];
+    for (int64_t u = u0; u < u1; ++u) {
+      const int64_t g = u / (hblocks * T), hb = (u / T) % hblocks, t = u % T;
       const int64_t pos = n_past + t, j0 = std::max<int64_t>(0, pos - window + 1), L = pos - j0 + 1;
-      const float* qv = q + t * q_stride + h * hd;
-      const float* Kg = K + g * cap * hd;
-      const float* Vg = V + g * cap * hd;
+      int nq = 0;
+      for (int64_t h = g * group + hb * gs.heads; h < std::min(g * group + group, g * group + (hb + 1) * gs.heads);
+           ++h, ++nq) {
+        qs[nq] = q + t * q_stride + h * hd;
+        outs[nq] = out + t * n_heads * hd + h * hd;
+        Ls[nq] = L;
+      }
       // Positions j0 .. j0 + L - 1 live in rows r0 .. cap - 1, then 0 .. (wrapped).
-      const int64_t r0 = j0 % cap, L1 = std::min(L, cap - r0), L2 = L - L1;
-      kt.scores(qv, Kg + r0 * hd, L1, hd, scale, p.data());
-      if (L2 > 0) kt.scores(qv, Kg, L2, hd, scale, p.data() + L1);
-      const float inv = 1.f / kt.softmax_num(p.data(), L);
-      std::fill(acc.begin(), acc.end(), 0.f);
-      kt.pv(p.data(), Vg + r0 * hd, L1, hd, acc.data());
-      if (L2 > 0) kt.pv(p.data() + L1, Vg, L2, hd, acc.data());
-      float* o = out + t * n_heads * hd + h * hd;
-      for (int64_t d = 0; d < hd; ++d) o[d] = acc[d] * inv;
+      const int64_t r0 = j0 % cap;
+      pass.run(kt, nq, qs, Ls, outs, K + g * cap * hd, V + g * cap * hd, r0, std::min(L, cap - r0), hd, scale);
     }
   });
 }

@@ -76,12 +76,16 @@ struct KernelTable {
 
   /// 16-lane sum of a[k] · b[k], k < n.
   float (*dot)(const float* a, const float* b, int64_t n);
-  /// s[j] = dot(q, K + j * hd, hd) · scale for j < L.
-  void (*scores)(const float* q, const float* K, int64_t L, int64_t hd, float scale, float* s);
+  /// Attention scores of nq queries against one KV group's keys (each key row
+  /// read once for all of them): s[i][j] = dot(q[i], K + j * hd, hd) · scale
+  /// for j < L[i].
+  void (*scores)(const float* const* q, const int64_t* L, int nq, const float* K, int64_t hd, float scale,
+                 float* const* s);
   /// p[j] = exp(p[j] - max_j p[j]) for j < L (L >= 1); returns their 16-lane sum.
   float (*softmax_num)(float* p, int64_t L);
-  /// acc[d] = acc[d] + p[j] · V[j * hd + d] for j = 0..L-1 in order, d < hd.
-  void (*pv)(const float* p, const float* V, int64_t L, int64_t hd, float* acc);
+  /// acc[i][d] = acc[i][d] + p[i][j] · V[j * hd + d] for j = j0..j1-1 in order,
+  /// d < hd, i < nq (each value row read once for all queries).
+  void (*pv)(const float* const* p, int nq, const float* V, int64_t j0, int64_t j1, int64_t hd, float* const* acc);
   /// One row: ss = dot(x, x, D), inv = 1 / sqrt(ss / D + eps), out[d] = (x[d] · inv) · w[d].
   void (*rmsnorm)(const float* x, const float* w, int64_t D, float eps, float* out);
   /// One head of rot pairs: (a, b) = (v[2i], v[2i+1]) ->

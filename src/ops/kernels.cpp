@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "dspark/error.hpp"
+#include "attention_group.hpp"
 #include "kernel_table.hpp"
 
 namespace dspark::ops {
@@ -75,25 +76,27 @@ void attention(const float* q, int64_t q_stride, const float* K, const float* V,
                int64_t n_past, int64_t T, int64_t n_heads, int64_t n_kv, int64_t hd, float scale,
                float* out, bool causal) {
   const auto& kt = detail::active_kernels();
-  const int64_t group = n_heads / n_kv;
-  const int64_t work = (n_past + T) * hd * 2;
-  // Parallel over (t, head); each pair is independent, so the split does not
-  // change any result.
-  at::parallel_for(0, T * n_heads, std::max<int64_t>(1, 65536 / std::max<int64_t>(work, 1)),
-                   [&](int64_t i0, int64_t i1) {
-    std::vector<float> p(static_cast<size_t>(n_past + T));
-    std::vector<float> acc(static_cast<size_t>(hd));
-    for (int64_t i = i0; i < i1; ++i) {
-      const int64_t t = i / n_heads, h = i % n_heads, g = h / group;
-      const float* Kg = K + g * cap * hd;
-      const float* Vg = V + g * cap * hd;
-      const int64_t L = causal ? n_past + t + 1 : n_past + T;
-      kt.scores(q + t * q_stride + h * hd, Kg, L, hd, scale, p.data());
-      const float inv = 1.f / kt.softmax_num(p.data(), L);
-      std::fill(acc.begin(), acc.end(), 0.f);
-      kt.pv(p.data(), Vg, L, hd, acc.data());
-      float* o = out + t * n_heads * hd + h * hd;
-      for (int64_t d = 0; d < hd; ++d) o[d] = acc[d] * inv;
+  const int64_t group = n_heads / n_kv, lmax = n_past + T;
+  // Passes over one KV group's keys and values: a block of its heads at a
+  // block of positions. Which queries share a pass never changes a result.
+  const auto gs = detail::group_shape(group, n_kv, T, true, 2 * at::get_num_threads());
+  const int64_t hblocks = (group + gs.heads - 1) / gs.heads, tblocks = (T + gs.positions - 1) / gs.positions;
+  at::parallel_for(0, n_kv * hblocks * tblocks, 1, [&](int64_t u0, int64_t u1) {
+    detail::GroupAttention pass(lmax, hd);
+    const float* qs[detail::kMaxGroupQueries];
+    float* outs[detail::kMaxGroupQueries];
+    int64_t L[detail::kMaxGroupQueries];
+    for (int64_t u = u0; u < u1; ++u) {
+      const int64_t g = u / (hblocks * tblocks), hb = (u / tblocks) % hblocks, tb = u % tblocks;
+      int nq = 0;
+      for (int64_t t = tb * gs.positions; t < std::min(T, (tb + 1) * gs.positions); ++t)
+        for (int64_t h = g * group + hb * gs.heads; h < std::min(g * group + group, g * group + (hb + 1) * gs.heads);
+             ++h, ++nq) {
+          qs[nq] = q + t * q_stride + h * hd;
+          outs[nq] = out + t * n_heads * hd + h * hd;
+          L[nq] = causal ? n_past + t + 1 : lmax;
+        }
+      pass.run(kt, nq, qs, L, outs, K + g * cap * hd, V + g * cap * hd, 0, lmax, hd, scale);
     }
   });
 }

@@ -10,9 +10,11 @@
 // fp32 kernels, defined from generic/float_kernels.inl.
 #define DSPARK_FLOAT_KERNELS                                                                     \
   float dot(const float* a, const float* b, int64_t n);                                          \
-  void scores(const float* q, const float* K, int64_t L, int64_t hd, float scale, float* s);     \
+  void scores(const float* const* q, const int64_t* L, int nq, const float* K, int64_t hd, float scale,   \
+              float* const* s);                                                                  \
   float softmax_num(float* p, int64_t L);                                                        \
-  void pv(const float* p, const float* V, int64_t L, int64_t hd, float* acc);                    \
+  void pv(const float* const* p, int nq, const float* V, int64_t j0, int64_t j1, int64_t hd,       \
+          float* const* acc);                                                                    \
   void rmsnorm(const float* x, const float* w, int64_t D, float eps, float* out);                \
   void rope(float* v, const float* cs, int64_t half);                                            \
   void silu_mul(const float* g, const float* u, int64_t n, float* out);                          \

@@ -48,8 +48,13 @@ float dot(const float* a, const float* b, int64_t n) {
   return Vec::hsum(acc);
 }
 
-void scores(const float* q, const float* K, int64_t L, int64_t hd, float scale, float* s) {
-  for (int64_t j = 0; j < L; ++j) s[j] = dot(q, K + j * hd, hd) * scale;
+void scores(const float* const* q, const int64_t* L, int nq, const float* K, int64_t hd, float scale,
+            float* const* s) {
+  int64_t lmax = 0;
+  for (int i = 0; i < nq; ++i) lmax = L[i] > lmax ? L[i] : lmax;
+  for (int64_t j = 0; j < lmax; ++j)
+    for (int i = 0; i < nq; ++i)
+      if (j < L[i]) s[i][j] = dot(q[i], K + j * hd, hd) * scale;
 }
 
 float softmax_num(float* p, int64_t L) {
@@ -74,17 +79,16 @@ float softmax_num(float* p, int64_t L) {
   return Vec::hsum(sum);
 }
 
-void pv(const float* p, const float* V, int64_t L, int64_t hd, float* acc) {
-  int64_t d = 0;
-  for (; d + 16 <= hd; d += 16) {
-    Vec::V a = Vec::load(acc + d);
-    for (int64_t j = 0; j < L; ++j) a = Vec::add(a, Vec::mul(Vec::set1(p[j]), Vec::load(V + j * hd + d)));
-    Vec::store(acc + d, a);
-  }
-  for (; d < hd; ++d) {
-    float a = acc[d];
-    for (int64_t j = 0; j < L; ++j) a = a + p[j] * V[j * hd + d];
-    acc[d] = a;
+void pv(const float* const* p, int nq, const float* V, int64_t j0, int64_t j1, int64_t hd, float* const* acc) {
+  for (int64_t j = j0; j < j1; ++j) {
+    const float* v = V + j * hd;
+    for (int i = 0; i < nq; ++i) {
+      const Vec::V pj = Vec::set1(p[i][j]);
+      float* a = acc[i];
+      int64_t d = 0;
+      for (; d + 16 <= hd; d += 16) Vec::store(a + d, Vec::add(Vec::load(a + d), Vec::mul(pj, Vec::load(v + d))));
+      for (; d < hd; ++d) a[d] = a[d] + p[i][j] * v[d];
+    }
   }
 }
 
