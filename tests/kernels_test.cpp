@@ -391,6 +391,15 @@ TEST(KernelsAttention, FirstTokenReturnsItsValue) {
     for (int e = 0; e < 16; ++e) EXPECT_EQ(out[h * 16 + e], a.V[e]) << h << "," << e;
 }
 
+TEST(KernelsAttention, NoQueriesWritesNothing) {
+  const AttnCase c{3, 1, 2, 1, 16};
+  std::mt19937 rng(3);
+  const AttnData a = make_attn(c, rng);
+  std::vector<float> out(2 * 16, -5.f);
+  k::attention(a.q.data(), a.q_stride, a.K.data(), a.V.data(), a.cap, 3, 0, 2, 1, 16, 0.25f, out.data());
+  for (float v : out) EXPECT_EQ(v, -5.f);
+}
+
 // T queries in one call give the same bits as one call per query (with the
 // cache already holding every key), for 1 and 2 threads.
 TEST(KernelsAttention, BatchInvariantBitwise) {

@@ -11,8 +11,22 @@ GroupAttention::GroupAttention(int64_t max_len, int64_t hd)
       max_len_(max_len),
       hd_(hd) {}
 
-void GroupAttention::run(const KernelTable& kt, int nq, const float* const* q, const int64_t* L, float* const* out,
-                         const float* K, const float* V, int64_t r0, int64_t L1, int64_t hd, float scale) {
+void GroupAttention::add_heads(const float* q, int64_t q_stride, float* out, int64_t n_heads, int64_t t, int64_t h0,
+                               int64_t h1, int64_t L) {
+  for (int64_t h = h0; h < h1; ++h, ++nq_) {
+    q_[nq_] = q + t * q_stride + h * hd_;
+    out_[nq_] = out + (t * n_heads + h) * hd_;
+    L_[nq_] = L;
+  }
+}
+
+void GroupAttention::run(const KernelTable& kt, const float* K, const float* V, int64_t r0, int64_t L1, float scale) {
+  const int nq = nq_;
+  nq_ = 0;
+  const float* const* q = q_;
+  const int64_t* L = L_;
+  float* const* out = out_;
+  const int64_t hd = hd_;
   float* p[kMaxGroupQueries] = {};
   float* pb[kMaxGroupQueries] = {};
   float* acc[kMaxGroupQueries] = {};
@@ -54,7 +68,7 @@ GroupShape group_shape(int64_t group, int64_t n_kv, int64_t T, bool share_positi
   int64_t heads = std::min<int64_t>(group, kMaxGroupQueries);
   auto shape = [&] {
     const int64_t positions = share_positions ? std::max<int64_t>(1, kMaxGroupQueries / heads) : 1;
-    return GroupShape{heads, std::min(positions, T)};
+    return GroupShape{heads, std::max<int64_t>(1, std::min(positions, T))};
   };
   auto units = [&](GroupShape s) {
     return n_kv * ((group + s.heads - 1) / s.heads) * ((T + s.positions - 1) / s.positions);

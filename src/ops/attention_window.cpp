@@ -36,22 +36,14 @@ void attention_window(const float* q, int64_t q_stride, const float* K, const fl
   const int64_t hblocks = (group + gs.heads - 1) / gs.heads;
   at::parallel_for(0, n_kv * hblocks * T, 1, [&](int64_t u0, int64_t u1) {
     detail::GroupAttention pass(L_max, hd);
-    const float* qs[detail::kMaxGroupQueries];
-    float* outs[detail::kMaxGroupQueries];
-    int64_t Ls[detail::kMaxGroupQueries];
     for (int64_t u = u0; u < u1; ++u) {
       const int64_t g = u / (hblocks * T), hb = (u / T) % hblocks, t = u % T;
       const int64_t pos = n_past + t, j0 = std::max<int64_t>(0, pos - window + 1), L = pos - j0 + 1;
-      int nq = 0;
-      for (int64_t h = g * group + hb * gs.heads; h < std::min(g * group + group, g * group + (hb + 1) * gs.heads);
-           ++h, ++nq) {
-        qs[nq] = q + t * q_stride + h * hd;
-        outs[nq] = out + t * n_heads * hd + h * hd;
-        Ls[nq] = L;
-      }
+      const int64_t h0 = g * group + hb * gs.heads;
+      pass.add_heads(q, q_stride, out, n_heads, t, h0, std::min(g * group + group, h0 + gs.heads), L);
       // Positions j0 .. j0 + L - 1 live in rows r0 .. cap - 1, then 0 .. (wrapped).
       const int64_t r0 = j0 % cap;
-      pass.run(kt, nq, qs, Ls, outs, K + g * cap * hd, V + g * cap * hd, r0, std::min(L, cap - r0), hd, scale);
+      pass.run(kt, K + g * cap * hd, V + g * cap * hd, r0, std::min(L, cap - r0), scale);
     }
   });
 }

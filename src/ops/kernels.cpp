@@ -75,6 +75,7 @@ void rope_pairs(float* x, int64_t T, int64_t row_stride, int64_t n_heads, int64_
 void attention(const float* q, int64_t q_stride, const float* K, const float* V, int64_t cap,
                int64_t n_past, int64_t T, int64_t n_heads, int64_t n_kv, int64_t hd, float scale,
                float* out, bool causal) {
+  if (T == 0) return;
   const auto& kt = detail::active_kernels();
   const int64_t group = n_heads / n_kv, lmax = n_past + T;
   // Passes over one KV group's keys and values: a block of its heads at a
@@ -83,20 +84,12 @@ void attention(const float* q, int64_t q_stride, const float* K, const float* V,
   const int64_t hblocks = (group + gs.heads - 1) / gs.heads, tblocks = (T + gs.positions - 1) / gs.positions;
   at::parallel_for(0, n_kv * hblocks * tblocks, 1, [&](int64_t u0, int64_t u1) {
     detail::GroupAttention pass(lmax, hd);
-    const float* qs[detail::kMaxGroupQueries];
-    float* outs[detail::kMaxGroupQueries];
-    int64_t L[detail::kMaxGroupQueries];
     for (int64_t u = u0; u < u1; ++u) {
       const int64_t g = u / (hblocks * tblocks), hb = (u / tblocks) % hblocks, tb = u % tblocks;
-      int nq = 0;
+      const int64_t h0 = g * group + hb * gs.heads, h1 = std::min(g * group + group, h0 + gs.heads);
       for (int64_t t = tb * gs.positions; t < std::min(T, (tb + 1) * gs.positions); ++t)
-        for (int64_t h = g * group + hb * gs.heads; h < std::min(g * group + group, g * group + (hb + 1) * gs.heads);
-             ++h, ++nq) {
-          qs[nq] = q + t * q_stride + h * hd;
-          outs[nq] = out + t * n_heads * hd + h * hd;
-          L[nq] = causal ? n_past + t + 1 : lmax;
-        }
-      pass.run(kt, nq, qs, L, outs, K + g * cap * hd, V + g * cap * hd, 0, lmax, hd, scale);
+        pass.add_heads(q, q_stride, out, n_heads, t, h0, h1, causal ? n_past + t + 1 : lmax);
+      pass.run(kt, K + g * cap * hd, V + g * cap * hd, 0, lmax, scale);
     }
   });
 }
