@@ -152,6 +152,10 @@ inline void load_unit(const uint8_t* ch, int j, int u, int h, Unit& w) {
   }
 }
 
+// Bytes of weights prefetched ahead of the chunk computed: the hardware
+// prefetchers alone leave a one-row decode step waiting on memory.
+constexpr int64_t kAheadBytes = 6144;
+
 template <QType T>
 void tile(const detail::QTile& t, const XPair* const* x, int64_t N, int64_t n_blocks32, float* y, int64_t ldy,
           float* scratch) {
@@ -162,12 +166,13 @@ void tile(const detail::QTile& t, const XPair* const* x, int64_t N, int64_t n_bl
   constexpr int pairs_per_chunk = kK ? 4 : 1;
   const int64_t n_pairs = (n_blocks32 + 1) / 2, chunks = n_pairs / pairs_per_chunk;
   const bool odd = n_blocks32 % 2 != 0;
-  const int64_t cb = detail::chunk_bytes(T);
+  const int64_t cb = detail::chunk_bytes(T), ahead = (kAheadBytes + cb - 1) / cb * cb;
   for (int h = 0; h < (t.rows > 8 ? 2 : 1); ++h) {
     for (int64_t i = 0; i < 16 * N; i += 8) _mm256_store_ps(scratch + i, _mm256_setzero_ps());
     for (int64_t c = 0; c < chunks; ++c) {
       const uint8_t* ch = t.packed + c * cb;
-      _mm_prefetch(reinterpret_cast<const char*>(ch + 4 * cb), _MM_HINT_T0);
+      if (h == 0)
+        for (int64_t b = 0; b < cb; b += 64) _mm_prefetch(reinterpret_cast<const char*>(ch + ahead + b), _MM_HINT_T0);
       for (int j = 0; j < pairs_per_chunk; ++j) {
         const int64_t p = c * pairs_per_chunk + j;
         const int units = odd && p == n_pairs - 1 ? U / 2 : U;
