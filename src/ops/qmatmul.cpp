@@ -231,46 +231,51 @@ void qlinear_table(const QActivations& x, const QLinear& layer, float* y, int64_
     else packs.push_back(std::make_shared<const PackedQ>(pack_q(qtype(part.type), part.data, part.rows, part.cols,
                                                                 part.row_bytes())));
   }
-  // Work units: 16 output rows of one part.
-  struct Unit {
-    QTile tile;
+  // Work units: 16 output rows of one part, numbered across the parts in
+  // order (a layer has at most a few parts; the head has 16,384 units).
+  struct Part {
+    const QMatrix* m;
+    const PackedQ* packed;
     QType type;
     int layout;
-    int64_t out0;
+    int64_t row_bytes, first_unit, out0;
   };
-  std::vector<Unit> units;
-  int64_t out0 = 0;
+  std::vector<Part> parts;
+  int64_t n_units = 0, out0 = 0;
   for (size_t i = 0; i < layer.parts.size(); ++i) {
-    const QMatrix& part = layer.parts[i];
-    const QType t = qtype(part.type);
-    for (int64_t r = 0, tile = 0; r < part.rows; r += kTileRows, ++tile) {
-      const QTile qt{part.row(r), part.row_bytes(), packs[i] ? packs[i]->tile(tile) : nullptr,
-                     static_cast<int>(std::min<int64_t>(kTileRows, part.rows - r))};
-      units.push_back({qt, t, kQTypeInfo[t].layout, out0 + r});
-    }
-    out0 += part.rows;
+    const QMatrix& m = layer.parts[i];
+    const QType t = qtype(m.type);
+    parts.push_back({&m, packs[i].get(), t, kQTypeInfo[t].layout, m.row_bytes(), n_units, out0});
+    n_units += (m.rows + kTileRows - 1) / kTileRows;
+    out0 += m.rows;
   }
   const int64_t n_blocks32 = K / 32;
   std::vector<const XPair*> xp[kLayouts];
-  for (const auto& un : units) {
-    auto& v = xp[un.layout];
+  for (const auto& part : parts) {
+    auto& v = xp[part.layout];
     if (!v.empty()) continue;
     v.resize(static_cast<size_t>(N));
-    for (int64_t n = 0; n < N; ++n) v[n] = reinterpret_cast<const XPair*>(x.pairs(un.layout, n));
+    for (int64_t n = 0; n < N; ++n) v[n] = reinterpret_cast<const XPair*>(x.pairs(part.layout, n));
   }
   // Activation rows in chunks: a chunk's pairs stay in L2 while every unit reads them.
   const int64_t chunk = std::clamp<int64_t>((256 * 1024) / ((K / 64 + 1) * kPairBytes), 1, 64);
-  const int64_t unit_bytes = kTileRows * layer.parts.front().row_bytes();
+  const int64_t unit_bytes = kTileRows * parts.front().row_bytes;
   const int64_t grain = std::max<int64_t>(1, (32 * 1024) / std::max<int64_t>(1, unit_bytes));
   for (int64_t n0 = 0; n0 < N; n0 += chunk) {
     const int64_t nn = std::min(chunk, N - n0);
-    at::parallel_for(0, static_cast<int64_t>(units.size()), grain, [&](int64_t u0, int64_t u1) {
+    at::parallel_for(0, n_units, grain, [&](int64_t u0, int64_t u1) {
       std::vector<float> scratch_buf(static_cast<size_t>(32 * nn + 16));
       float* scratch =
           reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(scratch_buf.data()) + 63) & ~uintptr_t{63});
+      size_t pi = 0;
       for (int64_t u = u0; u < u1; ++u) {
-        const Unit& un = units[u];
-        kt.qtile[un.type](un.tile, xp[un.layout].data() + n0, nn, n_blocks32, y + n0 * ldy + un.out0, ldy, scratch);
+        while (pi + 1 < parts.size() && u >= parts[pi + 1].first_unit) ++pi;
+        const Part& part = parts[pi];
+        const int64_t tile = u - part.first_unit, r = tile * kTileRows;
+        const QTile qt{part.m->row(r), part.row_bytes, part.packed ? part.packed->tile(tile) : nullptr,
+                       static_cast<int>(std::min<int64_t>(kTileRows, part.m->rows - r))};
+        kt.qtile[part.type](qt, xp[part.layout].data() + n0, nn, n_blocks32, y + n0 * ldy + part.out0 + r, ldy,
+                            scratch);
       }
     });
   }
