@@ -156,19 +156,38 @@ inline void load_unit(const uint8_t* ch, int j, int u, int h, Unit& w) {
 // prefetchers alone leave a one-row decode step waiting on memory.
 constexpr int64_t kAheadBytes = 6144;
 
+// Unit u's products with activation row a folded into the row's accumulators
+// (acc: the scaled integer sums; accm: Q4_1 / Q4_K's minimum terms).
 template <QType T>
-void tile(const detail::QTile& t, const XPair* const* x, int64_t N, int64_t n_blocks32, float* y, int64_t ldy,
-          float* scratch) {
+inline void fold(const Unit& w, const XPair& a, int u, __m256& acc, __m256& accm) {
+  constexpr auto ti = kQTypeInfo[T];
+  constexpr int kBits = T == detail::kQ8_0 ? 8 : T == detail::kQ5_0 ? 5 : T == detail::kQ6_K ? 6 : 4;
+  __m256i I = unit_sum<kBits, kGroups<T>>(w, a);
+  constexpr int shift = kVnni && T == detail::kQ8_0 ? 7 : T == detail::kQ8_0 ? 0 : ti.shift;
+  if constexpr (shift != 0) I = _mm256_sub_epi32(I, _mm256_set1_epi32(a.s[u] * (1 << shift)));
+  acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_cvtepi32_ps(I), _mm256_mul_ps(w.dw, _mm256_set1_ps(a.dx[u]))));
+  if constexpr (ti.float_min) accm = _mm256_add_ps(accm, _mm256_mul_ps(w.mw, _mm256_set1_ps(a.sdx[u])));
+}
+
+// The tile for N activation rows. kOne (N = 1): the row's accumulators stay
+// in registers for the whole tile, where a round trip through memory per
+// unit would be the critical path. Otherwise each row's live in `scratch`
+// between units, and the rows' independent chains overlap. Either way every
+// lane sees the same operations in the same order.
+template <QType T, bool kOne>
+void tile_rows(const detail::QTile& t, const XPair* const* x, int64_t N, int64_t n_blocks32, float* y, int64_t ldy,
+               float* scratch) {
   constexpr auto ti = kQTypeInfo[T];
   constexpr int U = detail::units_of(ti.layout);
-  constexpr int kBits = T == detail::kQ8_0 ? 8 : T == detail::kQ5_0 ? 5 : T == detail::kQ6_K ? 6 : 4;
   constexpr bool kK = T == detail::kQ4_K || T == detail::kQ6_K;
   constexpr int pairs_per_chunk = kK ? 4 : 1;
   const int64_t n_pairs = (n_blocks32 + 1) / 2, chunks = n_pairs / pairs_per_chunk;
   const bool odd = n_blocks32 % 2 != 0;
   const int64_t cb = detail::chunk_bytes(T), ahead = (kAheadBytes + cb - 1) / cb * cb;
   for (int h = 0; h < (t.rows > 8 ? 2 : 1); ++h) {
-    for (int64_t i = 0; i < 16 * N; i += 8) _mm256_store_ps(scratch + i, _mm256_setzero_ps());
+    __m256 acc1 = _mm256_setzero_ps(), accm1 = _mm256_setzero_ps();
+    if constexpr (!kOne)
+      for (int64_t i = 0; i < 16 * N; i += 8) _mm256_store_ps(scratch + i, _mm256_setzero_ps());
     for (int64_t c = 0; c < chunks; ++c) {
       const uint8_t* ch = t.packed + c * cb;
       if (h == 0)
@@ -179,24 +198,25 @@ void tile(const detail::QTile& t, const XPair* const* x, int64_t N, int64_t n_bl
         for (int u = 0; u < units; ++u) {
           Unit w;
           load_unit<T>(ch, j, u, h, w);
-          for (int64_t n = 0; n < N; ++n) {
-            const XPair& a = x[n][p];
-            __m256i I = unit_sum<kBits, kGroups<T>>(w, a);
-            const int shift = kVnni && T == detail::kQ8_0 ? 7 : T == detail::kQ8_0 ? 0 : ti.shift;
-            if (shift) I = _mm256_sub_epi32(I, _mm256_set1_epi32(a.s[u] * (1 << shift)));
-            float* acc = scratch + 16 * n;
-            const __m256 t1 = _mm256_mul_ps(_mm256_cvtepi32_ps(I), _mm256_mul_ps(w.dw, _mm256_set1_ps(a.dx[u])));
-            _mm256_store_ps(acc, _mm256_add_ps(_mm256_load_ps(acc), t1));
-            if constexpr (ti.float_min)
-              _mm256_store_ps(acc + 8, _mm256_add_ps(_mm256_load_ps(acc + 8), _mm256_mul_ps(w.mw, _mm256_set1_ps(a.sdx[u]))));
+          if constexpr (kOne) {
+            fold<T>(w, x[0][p], u, acc1, accm1);
+          } else {
+            for (int64_t n = 0; n < N; ++n) {
+              float* acc = scratch + 16 * n;
+              __m256 a0 = _mm256_load_ps(acc), am = _mm256_load_ps(acc + 8);
+              fold<T>(w, x[n][p], u, a0, am);
+              _mm256_store_ps(acc, a0);
+              if constexpr (ti.float_min) _mm256_store_ps(acc + 8, am);
+            }
           }
         }
       }
     }
     const int rows = t.rows - 8 * h < 8 ? t.rows - 8 * h : 8;
     for (int64_t n = 0; n < N; ++n) {
-      const float* acc = scratch + 16 * n;
-      const __m256 s = ti.float_min ? _mm256_add_ps(_mm256_load_ps(acc), _mm256_load_ps(acc + 8)) : _mm256_load_ps(acc);
+      const __m256 a0 = kOne ? acc1 : _mm256_load_ps(scratch + 16 * n);
+      const __m256 am = kOne ? accm1 : _mm256_load_ps(scratch + 16 * n + 8);
+      const __m256 s = ti.float_min ? _mm256_add_ps(a0, am) : a0;
       float* yr = y + n * ldy + 8 * h;
       if (rows == 8) {
         _mm256_storeu_ps(yr, s);
@@ -207,6 +227,13 @@ void tile(const detail::QTile& t, const XPair* const* x, int64_t N, int64_t n_bl
       }
     }
   }
+}
+
+template <QType T>
+void tile(const detail::QTile& t, const XPair* const* x, int64_t N, int64_t n_blocks32, float* y, int64_t ldy,
+          float* scratch) {
+  if (N == 1) tile_rows<T, true>(t, x, N, n_blocks32, y, ldy, scratch);
+  else tile_rows<T, false>(t, x, N, n_blocks32, y, ldy, scratch);
 }
 
 }  // namespace
