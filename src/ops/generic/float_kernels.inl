@@ -37,7 +37,8 @@ inline Vec::V vexp(Vec::V x) {
   return Vec::mul(p, Vec::pow2i(n));
 }
 
-float dot(const float* a, const float* b, int64_t n) {
+// The 16 lane sums of a·b (before the tree16 of dot).
+inline Vec::V dot_lanes(const float* a, const float* b, int64_t n) {
   Vec::V acc = Vec::zero();
   int64_t k = 0;
   for (; k + 16 <= n; k += 16) acc = Vec::add(acc, Vec::mul(Vec::load(a + k), Vec::load(b + k)));
@@ -45,16 +46,40 @@ float dot(const float* a, const float* b, int64_t n) {
     const int r = static_cast<int>(n - k);
     acc = Vec::add(acc, Vec::mul(Vec::load_n(a + k, r), Vec::load_n(b + k, r)));
   }
-  return Vec::hsum(acc);
+  return acc;
+}
+
+float dot(const float* a, const float* b, int64_t n) { return Vec::hsum(dot_lanes(a, b, n)); }
+
+// out[k] = hsum(v[k]) for 8 values: a level may reduce them together
+// (Vec::hsum8, the same tree16 additions for each), else one by one.
+template <class W = Vec>
+inline void hsum8(const typename W::V* v, float* out) {
+  if constexpr (requires { W::hsum8(v, out); }) {
+    W::hsum8(v, out);
+  } else {
+    for (int k = 0; k < 8; ++k) out[k] = W::hsum(v[k]);
+  }
 }
 
 void scores(const float* const* q, const int64_t* L, int nq, const float* K, int64_t hd, float scale,
             float* const* s) {
   int64_t lmax = 0;
   for (int i = 0; i < nq; ++i) lmax = L[i] > lmax ? L[i] : lmax;
-  for (int64_t j = 0; j < lmax; ++j)
-    for (int i = 0; i < nq; ++i)
-      if (j < L[i]) s[i][j] = dot(q[i], K + j * hd, hd) * scale;
+  // Keys in blocks of 8 (their rows in L1 for every query), each block's 8
+  // dot products reduced together; a query's last partial block key by key.
+  for (int64_t j0 = 0; j0 < lmax; j0 += 8)
+    for (int i = 0; i < nq; ++i) {
+      if (j0 + 8 <= L[i]) {
+        Vec::V lanes[8];
+        for (int k = 0; k < 8; ++k) lanes[k] = dot_lanes(q[i], K + (j0 + k) * hd, hd);
+        float d[8];
+        hsum8(lanes, d);
+        for (int k = 0; k < 8; ++k) s[i][j0 + k] = d[k] * scale;
+      } else {
+        for (int64_t j = j0; j < L[i] && j < j0 + 8; ++j) s[i][j] = dot(q[i], K + j * hd, hd) * scale;
+      }
+    }
 }
 
 float softmax_num(float* p, int64_t L) {
@@ -80,14 +105,39 @@ float softmax_num(float* p, int64_t L) {
 }
 
 void pv(const float* const* p, int nq, const float* V, int64_t j0, int64_t j1, int64_t hd, float* const* acc) {
-  for (int64_t j = j0; j < j1; ++j) {
-    const float* v = V + j * hd;
+  // Keys in blocks whose value rows stay in L1 while every query reads them;
+  // each query's accumulators for 64 dims stay in registers across a block.
+  // Every acc[i][d] still adds the keys' terms one by one in key order.
+  constexpr int64_t kKeys = 64, kDims = 64;
+  for (int64_t jb = j0; jb < j1; jb += kKeys) {
+    const int64_t je = jb + kKeys < j1 ? jb + kKeys : j1;
     for (int i = 0; i < nq; ++i) {
-      const Vec::V pj = Vec::set1(p[i][j]);
+      const float* pi = p[i];
       float* a = acc[i];
-      int64_t d = 0;
-      for (; d + 16 <= hd; d += 16) Vec::store(a + d, Vec::add(Vec::load(a + d), Vec::mul(pj, Vec::load(v + d))));
-      for (; d < hd; ++d) a[d] = a[d] + p[i][j] * v[d];
+      int64_t d0 = 0;
+      for (; d0 + kDims <= hd; d0 += kDims) {
+        Vec::V r0 = Vec::load(a + d0), r1 = Vec::load(a + d0 + 16), r2 = Vec::load(a + d0 + 32),
+               r3 = Vec::load(a + d0 + 48);
+        for (int64_t j = jb; j < je; ++j) {
+          const Vec::V pj = Vec::set1(pi[j]);
+          const float* v = V + j * hd + d0;
+          r0 = Vec::add(r0, Vec::mul(pj, Vec::load(v)));
+          r1 = Vec::add(r1, Vec::mul(pj, Vec::load(v + 16)));
+          r2 = Vec::add(r2, Vec::mul(pj, Vec::load(v + 32)));
+          r3 = Vec::add(r3, Vec::mul(pj, Vec::load(v + 48)));
+        }
+        Vec::store(a + d0, r0);
+        Vec::store(a + d0 + 16, r1);
+        Vec::store(a + d0 + 32, r2);
+        Vec::store(a + d0 + 48, r3);
+      }
+      for (; d0 + 16 <= hd; d0 += 16) {
+        Vec::V r = Vec::load(a + d0);
+        for (int64_t j = jb; j < je; ++j) r = Vec::add(r, Vec::mul(Vec::set1(pi[j]), Vec::load(V + j * hd + d0)));
+        Vec::store(a + d0, r);
+      }
+      for (; d0 < hd; ++d0)
+        for (int64_t j = jb; j < je; ++j) a[d0] = a[d0] + pi[j] * V[j * hd + d0];
     }
   }
 }

@@ -70,6 +70,25 @@ struct Vec {
     return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));                   // l, l+1
   }
   static float hsum(V x) { return hsum8x2(x.a, x.b); }
+  /// out[k] = hsum(v[k]) for k < 8, the 8 trees side by side: the same
+  /// pairs added (l + l+8, then l+4, l+2, l+1) after transposing 128-bit
+  /// halves and shuffling lanes.
+  static void hsum8(const V* v, float* out) {
+    __m256 s4[4];
+    for (int k = 0; k < 8; k += 2) {
+      const __m256 a = _mm256_add_ps(v[k].a, v[k].b), b = _mm256_add_ps(v[k + 1].a, v[k + 1].b);  // l, l+8
+      s4[k / 2] = _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));  // l, l+4
+    }
+    // Per 128-bit lane: [k, k, k+2, k+2] sums of l, l+2 (low lane even k, high lane odd k).
+    const __m256 s2a = _mm256_add_ps(_mm256_shuffle_ps(s4[0], s4[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                                     _mm256_shuffle_ps(s4[0], s4[1], _MM_SHUFFLE(3, 2, 3, 2)));
+    const __m256 s2b = _mm256_add_ps(_mm256_shuffle_ps(s4[2], s4[3], _MM_SHUFFLE(1, 0, 1, 0)),
+                                     _mm256_shuffle_ps(s4[2], s4[3], _MM_SHUFFLE(3, 2, 3, 2)));
+    // l, l+1: keys 0 2 4 6 | 1 3 5 7, then back in order.
+    const __m256 s1 = _mm256_add_ps(_mm256_shuffle_ps(s2a, s2b, _MM_SHUFFLE(2, 0, 2, 0)),
+                                    _mm256_shuffle_ps(s2a, s2b, _MM_SHUFFLE(3, 1, 3, 1)));
+    _mm256_storeu_ps(out, _mm256_permutevar8x32_ps(s1, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+  }
   static float hmax(V x) {
     const __m256 m8 = _mm256_max_ps(x.a, x.b);
     __m128 m = _mm_max_ps(_mm256_castps256_ps128(m8), _mm256_extractf128_ps(m8, 1));
