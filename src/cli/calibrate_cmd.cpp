@@ -70,6 +70,7 @@ class CalibrateCommand : public Command {
     namespace fs = std::filesystem;
     sampling_.validate();
     model_.apply_threads();
+    if (drafter_ == "none") throw InvalidArgument("calibrate needs a drafter: pass --drafter DIR or --drafter auto");
     std::string dir = drafter_;
     if (dir == "auto") {
       dir = shipped_drafter_dir(model_.model);

@@ -20,8 +20,14 @@ namespace {
 // runtime sees it.
 void ensure_short_openmp_spin(char** argv) {
   if (std::getenv("OMP_WAIT_POLICY") != nullptr || std::getenv("GOMP_SPINCOUNT") != nullptr) return;
+  // The executable's own path, not /proc/self/exe: the process keeps its
+  // name (ps, top, pkill dspark).
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0 || n >= static_cast<ssize_t>(sizeof self - 1)) return;
+  self[n] = '\0';
   if (setenv("GOMP_SPINCOUNT", "1000", 1) != 0) return;
-  execv("/proc/self/exe", argv);
+  execv(self, argv);
   // execv returned: keep going with the default settings.
 }
 

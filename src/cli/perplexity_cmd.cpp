@@ -49,6 +49,8 @@ class PerplexityCommand : public Command {
     o.bos = sp.add_bos ? sp.bos : -1;
     const int64_t n_chunks = std::min<int64_t>(static_cast<int64_t>(ids.size()) / std::max<int64_t>(o.n_ctx, 1),
                                                o.max_chunks < 0 ? INT64_MAX : o.max_chunks);
+    if (o.n_ctx < 4)
+      throw InvalidArgument("perplexity: -c " + std::to_string(o.n_ctx) + " is too short, need at least 4 tokens");
     std::printf("perplexity: %zu tokens, %lld chunks of %lld, compute %s\n", ids.size(),
                 static_cast<long long>(n_chunks), static_cast<long long>(o.n_ctx), m.target->info().compute.c_str());
     const bool tty = isatty(fileno(stderr)) != 0;

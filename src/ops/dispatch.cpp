@@ -135,7 +135,12 @@ KernelLevel active_kernel_level() {
     const auto levels = supported_kernel_levels();
     const char* forced = std::getenv("DSPARK_KERNELS");
     if (!forced || !*forced) return levels.back();
-    const KernelLevel want = kernel_level_from_string(forced);
+    KernelLevel want;
+    try {
+      want = kernel_level_from_string(forced);
+    } catch (const InvalidArgument& e) {
+      throw InvalidArgument(std::string("DSPARK_KERNELS: ") + e.what());
+    }
     for (KernelLevel l : levels)
       if (l == want) return want;
     std::string have;

@@ -133,6 +133,7 @@ DrafterConfig config_from_json(const nlohmann::json& j, const std::string& where
 nlohmann::json read_drafter_json(const std::string& dir) {
   const std::string path = (fs::path(dir) / "dspark.json").string();
   if (!fs::exists(dir)) throw Error(dir + ": drafter directory does not exist");
+  if (!fs::is_directory(dir)) throw Error(dir + ": is a file; expected a drafter directory (with dspark.json)");
   if (fs::exists(path)) io::require_regular_file(path, "a drafter config (dspark.json)");
   std::ifstream in(path);
   if (!in) throw Error(path + ": cannot open (expected a drafter directory with dspark.json)");
