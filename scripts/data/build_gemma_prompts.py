@@ -206,8 +206,12 @@ def man_docs(seed: int, owners: dict[str, str]) -> list[documents.Doc]:
     pages = sorted(sub_rng(seed, "man").sample(pages, min(MAN_PAGES, len(pages))))
     with concurrent.futures.ThreadPoolExecutor(max(1, min(4, os.cpu_count() or 1))) as ex:
         texts = list(ex.map(documents.man_page_text, pages))
+    # The key names the owner of the page's path ("unknown" for a link that
+    # update-alternatives manages, e.g. awk.1), the package the owner of the
+    # file it resolves to.
     return [documents.Doc("man-pages", f"installed:{owners.get(str(p), 'unknown')}:man/{p.parent.name}/{p.name[:-3]}",
-                          "structured", owners.get(str(p), "unknown"), documents._tidy(t))
+                          "structured", owners.get(str(p)) or owners.get(os.path.realpath(p), "unknown"),
+                          documents._tidy(t))
             for p, t in zip(pages, texts) if len(t) > 400]
 
 
