@@ -211,7 +211,7 @@ def man_docs(seed: int, owners: dict[str, str]) -> list[documents.Doc]:
     # file it resolves to.
     return [documents.Doc("man-pages", f"installed:{owners.get(str(p), 'unknown')}:man/{p.parent.name}/{p.name[:-3]}",
                           "structured", owners.get(str(p)) or owners.get(os.path.realpath(p), "unknown"),
-                          documents._tidy(t))
+                          documents.tidy(t))
             for p, t in zip(pages, texts) if len(t) > 400]
 
 

@@ -33,7 +33,7 @@ class Doc:
     text: str
 
 
-def _tidy(text: str) -> str:
+def tidy(text: str) -> str:
     """Unix newlines, no trailing blanks, at most two blank lines in a row."""
     text = text.replace("\r\n", "\n").replace("\r", "\n").replace("\t", "    ")
     text = "\n".join(line.rstrip() for line in text.split("\n"))
@@ -135,7 +135,7 @@ def html_books(src: Path) -> list[Doc]:
             text = html_text(read_text(f))
             if len(text) >= 800:
                 docs.append(Doc("books", f"debian:{pkg}:{f.relative_to(root)}", "prose", pkg,
-                                _tidy(text)))
+                                tidy(text)))
     return docs
 
 
@@ -159,7 +159,7 @@ def python_docs(src: Path) -> list[Doc]:
         lines = [ln for ln in f.read_text(encoding="utf-8").split("\n")
                  if not re.match(r"\s*\.\. (index|_[^:]*:|sectionauthor|moduleauthor|highlight)", ln)]
         docs.append(Doc("python-docs", f"debian:python3.11-doc:{rel[:-8]}", "prose",
-                        "python3.11-doc", _tidy("\n".join(lines))))
+                        "python3.11-doc", tidy("\n".join(lines))))
     return docs
 
 
@@ -170,7 +170,7 @@ def perl_pods(src: Path) -> list[Doc]:
         if re.fullmatch(r"perl\d+delta", f.stem):
             continue  # release notes of old versions
         docs.append(Doc("perl-docs", f"debian:perl-doc:{f.stem}", "prose", "perl-doc",
-                        _tidy(read_text(f))))
+                        tidy(read_text(f))))
     return docs
 
 
@@ -180,7 +180,7 @@ def git_docs(src: Path) -> list[Doc]:
     root = src / "git-doc/usr/share/doc/git-doc"
     for f in sorted(root.rglob("*.txt")):
         docs.append(Doc("git-docs", f"debian:git-doc:{f.relative_to(root)}", "structured", "git-doc",
-                        _tidy(read_text(f))))
+                        tidy(read_text(f))))
     return docs
 
 
@@ -193,7 +193,7 @@ def gnu_standards(src: Path) -> list[Doc]:
             if m and len(node) > 800:
                 body = node.split("\n", 2)[-1]
                 docs.append(Doc("gnu-standards", f"debian:gnu-standards:{f.name.split('.')[0]}/{m.group(1)}",
-                                "prose", "gnu-standards", _tidy(body)))
+                                "prose", "gnu-standards", tidy(body)))
     return docs
 
 
@@ -214,7 +214,7 @@ def python_stdlib_code(root=Path("/usr/lib/python3.11")) -> list[Doc]:
         except (UnicodeDecodeError, OSError):
             continue
         docs.append(Doc("python-code", f"installed:python3.11:{rel}", "code", "libpython3.11-stdlib",
-                        _tidy(text)))
+                        tidy(text)))
     return docs
 
 
@@ -231,7 +231,7 @@ def js_code(owners: dict[str, str], root=Path("/usr/lib/node_modules/npm")) -> l
         if text.count("\n") < 15 or max(map(len, text.split("\n"))) > 300:
             continue  # stubs and bundled/minified files
         docs.append(Doc("js-code", f"installed:npm:{f.relative_to(root)}", "code",
-                        owners.get(str(f), "nodejs"), _tidy(text)))
+                        owners.get(str(f), "nodejs"), tidy(text)))
     return docs
 
 
@@ -246,7 +246,7 @@ def c_headers(owners: dict[str, str], root=Path("/usr/include")) -> list[Doc]:
             text = f.read_text(encoding="utf-8")
         except (UnicodeDecodeError, OSError):
             continue
-        docs.append(Doc("c-code", f"installed:{pkg}:{f.relative_to(root)}", "code", pkg, _tidy(text)))
+        docs.append(Doc("c-code", f"installed:{pkg}:{f.relative_to(root)}", "code", pkg, tidy(text)))
     return docs
 
 
@@ -265,7 +265,7 @@ def scripts(owners: dict[str, str], roots=(Path("/usr/bin"), Path("/usr/sbin")))
                 text = f.read_text(encoding="utf-8")
             except UnicodeDecodeError:
                 continue
-            docs.append(Doc("scripts", f"installed:{pkg}:{f}", "code", pkg, _tidy(text)))
+            docs.append(Doc("scripts", f"installed:{pkg}:{f}", "code", pkg, tidy(text)))
     return docs
 
 
@@ -287,12 +287,12 @@ def licences(owners: dict[str, str]) -> list[Doc]:
     for f in sorted(Path("/usr/share/common-licenses").iterdir()):
         if f.is_file() and not f.is_symlink():
             docs.append(Doc("licences", f"installed:base-files:common-licenses/{f.name}", "structured",
-                            "base-files", _tidy(read_text(f))))
+                            "base-files", tidy(read_text(f))))
     for f in sorted(Path("/usr/share/doc").glob("*/copyright")):
         if f.is_file() and not f.is_symlink():
             pkg = owners.get(str(f), f.parent.name)
             docs.append(Doc("licences", f"installed:{pkg}:copyright", "structured", pkg,
-                            _tidy(read_text(f))))
+                            tidy(read_text(f))))
     return docs
 
 
@@ -309,5 +309,5 @@ def changelogs(owners: dict[str, str]) -> list[Doc]:
             except (OSError, EOFError):
                 continue
             docs.append(Doc("changelogs", f"installed:{pkg}:{f.name}", "structured", pkg,
-                            _tidy(text[:60_000])))
+                            tidy(text[:60_000])))
     return docs
