@@ -3,7 +3,9 @@
 //    implementation of the published algorithms (tests/golden/muon/, written
 //    by scripts/golden/make_muon_golden.py), in fp64 to 1e-10 and in fp32;
 //  - what NS₅ does: the singular values of its output lie near 1, its
-//    singular vectors are the input's (so NS₅(U) ≈ the orthogonal factor);
+//    singular vectors are the input's (so NS₅(U) ≈ the orthogonal factor
+//    U·Vᵀ of LAPACK's SVD, within the quintic's band); a 2×3 case whose SVD
+//    and iteration are computed by hand;
 //  - which drafter parameters Muon takes;
 //  - the state round-trips through save/load (resumed steps equal
 //    uninterrupted ones), and a state of another optimizer is refused.
@@ -11,6 +13,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -76,10 +79,56 @@ TEST(TrainOptimizer, NewtonSchulzOrthogonalizes) {
     const at::Tensor sv = at::linalg_svdvals(o);
     EXPECT_GT(sv.min().item<double>(), 0.6);
     EXPECT_LT(sv.max().item<double>(), 1.2);
-    // Projected on the input's singular vectors it is diagonal.
+    // Projected on the input's singular vectors it is diagonal, with every
+    // diagonal entry (the output's singular value along the input's pair)
+    // positive and in the same band: no direction flipped.
     const at::Tensor d = at::matmul(at::matmul(q1.t(), o), q2);
     EXPECT_LT((d - at::diag(at::diagonal(d))).abs().max().item<double>(), 1e-10);
+    EXPECT_GT(at::diagonal(d).min().item<double>(), 0.6);
+    // Against the polar factor U·Vᵀ from LAPACK's SVD of the input: within
+    // the quintic's band in the spectral norm (|f(σ) − 1| ≤ 0.4), and far
+    // closer than the input itself scaled to unit Frobenius norm is.
+    const auto [u, sv_in, vh] = at::linalg_svd(x, /*full_matrices=*/false);
+    const at::Tensor polar = at::matmul(u, vh);
+    const double err = at::linalg_matrix_norm(o - polar, 2).item<double>();
+    EXPECT_LT(err, 0.4);
+    EXPECT_GT(at::linalg_matrix_norm(x / x.norm() - polar, 2).item<double>(), 0.9);
+    // More iterations of the same quintic stay in the band (it does not
+    // converge to 1, it oscillates inside [0.68, 1.13]).
+    EXPECT_LT(at::linalg_matrix_norm(newton_schulz(x, 10) - polar, 2).item<double>(), 0.4);
   }
+}
+
+// A hand-computed case. X = [[3, 1, 0], [1, 3, 0]] = Q·diag(4, 2)·Wᵀ with
+// Q = [[1, 1], [1, −1]]/√2 and W's columns (1, 1, 0)/√2, (1, −1, 0)/√2, so
+// its polar factor Q·Wᵀ is [[1, 0, 0], [0, 1, 0]]. NS₅ acts on each singular
+// value alone: σ ← a·σ + b·σ³ + c·σ⁵ five times from σ/‖X‖_F (4/√20, 2/√20),
+// giving f₁, f₂, and NS₅(X) = Q·diag(f₁, f₂)·Wᵀ =
+// [[(f₁+f₂)/2, (f₁−f₂)/2, 0], [(f₁−f₂)/2, (f₁+f₂)/2, 0]].
+TEST(TrainOptimizer, NewtonSchulzOfAHandComputedMatrix) {
+  const at::Tensor x = at::tensor({3.0, 1.0, 0.0, 1.0, 3.0, 0.0}, at::kDouble).view({2, 3});
+  const at::Tensor polar = at::tensor({1.0, 0.0, 0.0, 0.0, 1.0, 0.0}, at::kDouble).view({2, 3});
+  const auto [u, s, vh] = at::linalg_svd(x, /*full_matrices=*/false);
+  EXPECT_NEAR(s[0].item<double>(), 4.0, 1e-12);
+  EXPECT_NEAR(s[1].item<double>(), 2.0, 1e-12);
+  EXPECT_LT((at::matmul(u, vh) - polar).abs().max().item<double>(), 1e-12);
+  auto f = [](double sigma) {
+    for (int i = 0; i < 5; ++i) sigma = 3.4445 * sigma - 4.7750 * std::pow(sigma, 3) + 2.0315 * std::pow(sigma, 5);
+    return sigma;
+  };
+  const double f1 = f(4.0 / std::sqrt(20.0)), f2 = f(2.0 / std::sqrt(20.0));
+  // Both in the quintic's band around 1 (the large one pulled down, the
+  // small one pushed up): about 0.689 and 1.114.
+  EXPECT_NEAR(f1, 0.6888, 1e-3);
+  EXPECT_NEAR(f2, 1.1142, 1e-3);
+  const at::Tensor want =
+      at::tensor({(f1 + f2) / 2, (f1 - f2) / 2, 0.0, (f1 - f2) / 2, (f1 + f2) / 2, 0.0}, at::kDouble).view({2, 3});
+  EXPECT_LT((newton_schulz(x) - want).abs().max().item<double>(), 1e-12);
+  // Tall input: the transposed problem, transposed back.
+  EXPECT_LT((newton_schulz(x.t()) - want.t()).abs().max().item<double>(), 1e-12);
+  // Within the band of U·Vᵀ, and scale-free (X and 1000·X give the same).
+  EXPECT_LT(at::linalg_matrix_norm(newton_schulz(x) - polar, 2).item<double>(), 0.32);
+  EXPECT_LT((newton_schulz(x * 1000.0) - want).abs().max().item<double>(), 1e-12);
 }
 
 TEST(TrainOptimizer, LearningRateScales) {
