@@ -23,6 +23,7 @@
 #include "dspark/model/aten_forward.hpp"
 #include "dspark/speculative/checkpoint.hpp"
 #include "dspark/train/data.hpp"
+#include "dspark/train/data_fingerprint.hpp"
 #include "dspark/train/drafter_graph.hpp"
 #include "dspark/train/feature_cache.hpp"
 
@@ -532,6 +533,7 @@ struct Trainer::Impl {
                               {"cursor", cursor},
                               {"rng", rs.str()},
                               {"optimizer_bytes", opt_bytes.size()},
+                              {"data", data_fingerprint(data)},
                               {"identity", identity_json(cfg)},
                               {"config", config_json(cfg)}};
       io::write_json_atomic((tmp / "trainer_state.json").string(), state);
@@ -577,6 +579,21 @@ struct Trainer::Impl {
                             ", this run asks for " + identity_json(cfg).dump() +
                             " (seed, batch, anchors_per_seq, anchors, optimizer, eval split and max_len must not "
                             "change on resume)");
+    // The data position (epoch, cursor, the split) means something only on
+    // the same sequences in the same order. Checkpoints from before the
+    // fingerprint was recorded have none and are not checked.
+    if (st.contains("data")) {
+      const nlohmann::json want = st["data"], got = data_fingerprint(data);
+      if (want.value("hash", "") != got.value("hash", ""))
+        throw InvalidArgument(spath + ": the checkpoint was trained on other data (" +
+                              std::to_string(want.value("n_sequences", int64_t{0})) + " sequences, " +
+                              std::to_string(want.value("n_tokens", int64_t{0})) + " tokens, hash " +
+                              want.value("hash", "") + ") than " + cfg.data_dir + " holds (" +
+                              std::to_string(got.value("n_sequences", int64_t{0})) + " sequences, " +
+                              std::to_string(got.value("n_tokens", int64_t{0})) + " tokens, hash " +
+                              got.value("hash", "") + "); resume with the data the run started on (its recipe: " +
+                              want.value("recipe", nlohmann::json::object()).dump() + ")");
+    }
     const nlohmann::json dj = read_drafter_json(dir.string());
     if (!dj.contains("train") || dj["train"].value("step", int64_t{-1}) != s)
       throw FormatError((dir / "dspark.json").string() + ": not the weights of step " + std::to_string(s));

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Sourced by the pack scripts: repro_tar_xz BASE OUT FILE... writes FILE...
+# (paths relative to BASE) into OUT as a byte-reproducible .tar.xz (sorted
+# names, fixed mtime, owner and modes, no xz timestamps), atomically (a
+# scratch file renamed into place), so packing unchanged files again gives
+# the same bytes and changes nothing in git.
+repro_tar_xz() {
+  local base="$1" out="$2"
+  shift 2
+  mkdir -p "$(dirname "$out")"
+  local tmp="$out.tmp.$$"
+  # shellcheck disable=SC2064
+  trap "rm -f '$tmp'" EXIT
+  tar --sort=name --mtime='@0' --owner=0 --group=0 --numeric-owner --mode='a+r,u+w,go-w' \
+      -C "$base" -cf - "$@" | xz -9e -T1 --check=crc64 > "$tmp"
+  mv "$tmp" "$out"
+  trap - EXIT
+}
