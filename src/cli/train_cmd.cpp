@@ -58,7 +58,7 @@ class TrainCommand : public Command {
         ->capture_default_str();
     app_->add_option("--grad-clip", c.grad_clip, "max global gradient norm (0: off)")->capture_default_str();
     app_->add_option("--w-ce", c.loss.w_ce, "weight of the cross-entropy term")->capture_default_str();
-    app_->add_option("--w-l1", c.loss.w_l1, "weight of the total-variation term (sum |p_draft - p_target|)")
+    app_->add_option("--w-l1,--w-tv", c.loss.w_l1, "weight of the total-variation term (sum |p_draft - p_target|)")
         ->capture_default_str();
     app_->add_option("--w-kl", c.loss.w_kl, "weight of the forward KL term KL(p_target || p_draft) (0: off)")
         ->capture_default_str();
