@@ -32,7 +32,7 @@ step_dir=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['dir'
 files=("checkpoints/latest.json")
 while IFS= read -r f; do files+=("$f"); done < <(
   cd "$OUT" && { find "checkpoints/$step_dir" -type f; find . -maxdepth 1 -type f ! -name '.*' -printf '%P\n'; } | sort)
-repro_tar_xz "$(dirname "$OUT")" "$ARCHIVE" "${files[@]/#/$NAME/}"
+XZ_LEVEL="${XZ_LEVEL:--1}" repro_tar_xz "$(dirname "$OUT")" "$ARCHIVE" "${files[@]/#/$NAME/}"
 python3 - "$OUT/checkpoints/$step_dir/trainer_state.json" "$ARCHIVE" <<'PY'
 import json, os, sys
 st = json.load(open(sys.argv[1]))

@@ -55,7 +55,7 @@ if [[ "${SKIP_FEATURES:-0}" != 1 ]]; then
 fi
 
 if [[ -n "${RUN:-}" ]]; then
-  run_name="$(tar -tJf "$RUN" | head -1 | cut -d/ -f1)"
+  run_name="$(tar -tJf "$RUN" | awk -F/ 'NR == 1 { print $1 }')"  # reads it all: no SIGPIPE
   mkdir -p "$HOME_DIR/train"
   if [[ -f "$HOME_DIR/train/$run_name/checkpoints/latest.json" ]]; then
     echo "run: $HOME_DIR/train/$run_name already there (not overwritten)"
