@@ -34,7 +34,7 @@ cmake --build "$BUILD" -j "$(nproc)" --target dspark dspark_tests
 # `--device cuda` against the same computation on the CPU (that part is
 # skipped, and said so, when no GPU is visible).
 "$BUILD/dspark_tests" --gtest_brief=1 \
-  --gtest_filter='Families/FamilySuite.AtenForwardMatchesTheKernels/*:TrainTrainer.AtenOnlyTrainsLikeTheKernels:TrainLoss.AtenOpsLossEqualsTheFusedKernel'
+  --gtest_filter='Families/FamilySuite.AtenForwardMatchesTheKernels/*:TrainTrainer.AtenOnlyTrainsLikeTheKernels:TrainLoss.AtenOpsLossEqualsTheFusedKernel:TrainLevers.MuonUpdatesHiddenMatricesOrthogonallyAndResumes'
 if "$VENV/bin/python" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
   echo "setup_cuda: $BUILD/dspark is ready; train with --device cuda"
 else

@@ -27,6 +27,7 @@ using namespace dspark;
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 using test::TempDir;
+using test::message_of;
 
 DrafterConfig tiny_cfg(SeqHead head) {
   DrafterConfig c = spectest::small_config(spectest::tiny_target().info(), head, 5);
@@ -36,8 +37,13 @@ DrafterConfig tiny_cfg(SeqHead head) {
   return c;
 }
 
+// Random values everywhere a trained drafter of that head has them: a
+// drafter without a sequential head keeps markov_w2 at its zero init (the
+// loader refuses a "none" config with a trained one, see below).
 Drafter tiny_drafter(SeqHead head, uint64_t seed = 1) {
-  return spectest::perturbed_drafter(tiny_cfg(head), seed);
+  Drafter d = spectest::perturbed_drafter(tiny_cfg(head), seed);
+  if (head == SeqHead::None) d.mutable_params().at("markov_w2.weight").zero_();
+  return d;
 }
 
 void expect_same_config(const DrafterConfig& a, const DrafterConfig& b) {
@@ -100,24 +106,6 @@ void rewrite_weights(const std::string& dir, const std::map<std::string, at::Ten
     write_json(dir, j);
   }
 }
-
-// The message of the E thrown by f (a test failure when f throws nothing or something else).
-template <typename E, typename F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "threw another exception type: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "did not throw";
-  return "";
-}
-
-#define EXPECT_MENTIONS(msg, part) \
-  EXPECT_NE((msg).find(part), std::string::npos) << "expected '" << (part) << "' in: " << (msg)
 
 // ---- round trips -------------------------------------------------------------------
 
@@ -384,6 +372,15 @@ TEST(Checkpoint, RefusesMalformedFields) {
        {"thresholds must lie in [0, 1]", "1.5"}},
       {"too many STS temperatures", [](json& j) { j["config"]["sts"]["temperatures"].push_back(1.0); },
        {"expected 5 temperatures", "got 6"}},
+      {"gamma not an integer", [](json& j) { j["config"]["gamma"] = 4.5; }, {"'gamma'", "must be an integer", "4.5"}},
+      {"a tap layer not an integer", [](json& j) { j["config"]["tap_layers"][1] = 1.25; },
+       {"'tap_layers' element 1", "must be an integer", "1.25"}},
+      {"a draft-vocabulary id not an integer", [](json& j) { j["config"]["draft_vocab"][2] = 7.5; },
+       {"'draft_vocab' element 2", "must be an integer", "7.5"}},
+      {"a negative draft-vocabulary id", [](json& j) { j["config"]["draft_vocab"][0] = -3; }, {"draft_vocab", "-3"}},
+      {"n_layers beyond int", [](json& j) { j["config"]["n_layers"] = 4294967297LL; },
+       {"'n_layers'", "in range", "4294967297"}},
+      {"vocab_size not an integer", [](json& j) { j["dims"]["vocab_size"] = 262.5; }, {"'vocab_size'", "262.5"}},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.what);
@@ -392,6 +389,95 @@ TEST(Checkpoint, RefusesMalformedFields) {
     c.edit(j);
     write_json(s.dir, j);
     const std::string m = s.load_error();
+    for (const auto& part : c.parts) EXPECT_MENTIONS(m, part);
+  }
+}
+
+// Integral floats lose nothing: 5.0 reads as 5.
+TEST(Checkpoint, IntegralFloatsReadAsIntegers) {
+  Saved s;
+  json j = read_json(s.dir);
+  j["config"]["gamma"] = 5.0;
+  j["config"]["draft_vocab"][1] = 2.0;
+  write_json(s.dir, j);
+  const Drafter d = load_drafter(s.dir);
+  EXPECT_EQ(d.config().gamma, 5);
+  EXPECT_EQ(d.config().draft_vocab, s.drafter.config().draft_vocab);
+}
+
+// A config that says "no sequential head" (seq_head "none" or no key) while
+// the weights hold one is refused, naming the key and the tensor that shows
+// the head; with the head's tensors at their untrained values it loads.
+TEST(Checkpoint, RefusesADeclaredHeadWeakerThanItsWeights) {
+  for (const SeqHead head : {SeqHead::Markov, SeqHead::Gated, SeqHead::Rnn, SeqHead::Elman}) {
+    for (const bool erase : {false, true}) {
+      SCOPED_TRACE(to_string(head) + (erase ? ", seq_head erased" : ", seq_head none"));
+      TempDir tmp;
+      const std::string d = tmp.file("drafter");
+      save_drafter(tiny_drafter(head, 6), d, false);
+      json j = read_json(d);
+      if (erase) j["config"].erase("seq_head");
+      else j["config"]["seq_head"] = "none";
+      write_json(d, j);
+      const std::string m = message_of<FormatError>([&] { load_drafter(d); });
+      EXPECT_MENTIONS(m, "dspark.json");
+      EXPECT_MENTIONS(m, erase ? "no \"seq_head\" key" : "\"seq_head\": \"none\"");
+      EXPECT_MENTIONS(m, "Set config.seq_head to \"" + to_string(head) + "\"");
+      const char* evidence = head == SeqHead::Markov ? "non-zero markov_w2.weight"
+                             : head == SeqHead::Gated ? "markov_gate."
+                             : head == SeqHead::Rnn   ? "rnn."
+                                                      : "elman.";
+      EXPECT_MENTIONS(m, evidence);
+    }
+  }
+  // A Markov drafter whose projection is still zero drafts exactly like one
+  // without a head: "none" (or no key) loads.
+  TempDir tmp;
+  const std::string d = tmp.file("drafter");
+  Drafter fresh = tiny_drafter(SeqHead::Markov, 6);
+  fresh.mutable_params().at("markov_w2.weight").zero_();
+  save_drafter(fresh, d, false);
+  json j = read_json(d);
+  j["config"].erase("seq_head");
+  write_json(d, j);
+  EXPECT_EQ(load_drafter(d).config().seq_head, SeqHead::None);
+}
+
+// The same on damaged copies of the shipped SmolLM2 drafter, as a user
+// would make them by editing its dspark.json.
+TEST(Checkpoint, DamagedCopiesOfTheShippedDrafterAreRefused) {
+  const std::string shipped = DSPARK_SOURCE_DIR "/drafters/smollm2";
+  if (!fs::exists(shipped + "/model.safetensors")) GTEST_SKIP() << "no shipped drafter at " << shipped;
+  TempDir tmp;
+  const std::string d = tmp.file("smollm2");
+  fs::create_directories(d);
+  for (const char* f : {"dspark.json", "model.safetensors"}) fs::copy_file(shipped + "/" + f, d + "/" + f);
+  const json original = read_json(d);
+  ASSERT_EQ(original["config"]["seq_head"], "markov");
+  const Drafter ok = load_drafter(d);
+  EXPECT_EQ(ok.config().seq_head, SeqHead::Markov);
+  const int gamma = ok.config().gamma;
+  struct Case {
+    const char* what;
+    std::function<void(json&)> edit;
+    std::vector<std::string> parts;
+  };
+  const std::vector<Case> cases = {
+      {"seq_head deleted", [](json& j) { j["config"].erase("seq_head"); },
+       {"no \"seq_head\" key", "non-zero markov_w2.weight", "Set config.seq_head to \"markov\""}},
+      {"seq_head none", [](json& j) { j["config"]["seq_head"] = "none"; },
+       {"\"seq_head\": \"none\"", "non-zero markov_w2.weight", "Set config.seq_head to \"markov\""}},
+      {"gamma 7.5", [&](json& j) { j["config"]["gamma"] = gamma + 0.5; }, {"'gamma'", "must be an integer"}},
+      {"a draft-vocabulary id 17.5", [](json& j) { j["config"]["draft_vocab"][3] = 17.5; },
+       {"'draft_vocab' element 3", "must be an integer", "17.5"}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    json j = original;
+    c.edit(j);
+    write_json(d, j);
+    const std::string m = message_of<FormatError>([&] { load_drafter(d); });
+    EXPECT_MENTIONS(m, "dspark.json");
     for (const auto& part : c.parts) EXPECT_MENTIONS(m, part);
   }
 }

@@ -70,28 +70,6 @@ void expect_bit_identical(const Drafter& a, const Drafter& b) {
   }
 }
 
-// Greedy drafts of both drafters after the same context, at several anchors.
-void expect_same_drafts(Drafter a, Drafter b, const TargetModel& target) {
-  a.bind(target);
-  b.bind(target);
-  std::vector<TokenId> ids;
-  for (int i = 0; i < 20; ++i) ids.push_back(static_cast<TokenId>((i * 37 + 11) % 262));
-  KVCache cache = target.new_cache();
-  const at::Tensor feats =
-      const_cast<TargetModel&>(target).forward_one(cache, ids, Logits::None, TapRequest{a.tap_layers(), false}).taps;
-  DraftState sa, sb;
-  a.append_context(sa, feats);
-  b.append_context(sb, feats);
-  SamplingParams greedy;
-  greedy.temperature = 0.f;
-  Rng rng(1);
-  for (TokenId anchor : {3, 100, 261}) {
-    const Draft da = a.draft(sa, anchor, 0, greedy, rng), db = b.draft(sb, anchor, 0, greedy, rng);
-    EXPECT_EQ(da.tokens, db.tokens) << "anchor " << anchor;
-    EXPECT_EQ(da.conf_logits, db.conf_logits) << "anchor " << anchor;
-  }
-}
-
 std::string out_path(const test::TempDir& dir, DrafterFormat f) {
   return dir.file(f == DrafterFormat::GGUF ? "drafter.gguf" : "drafter-hf");
 }
@@ -131,7 +109,7 @@ TEST_P(RoundTrip, BitIdenticalParametersSameConfigSameGreedyDrafts) {
   const Drafter back = round_trip(d, k.format, dir);
   expect_same_config(d.config(), back.config());
   expect_bit_identical(d, back);
-  expect_same_drafts(d, back, spectest::tiny_target());
+  spectest::expect_same_drafts(d, back, spectest::tiny_target());
 }
 
 std::vector<Case> cases() {
@@ -259,7 +237,7 @@ TEST(DrafterGGUF, DraftVocabularyWithoutTheOtherRowsImportsZeros) {
   bool noted = false;
   for (const auto& n : notes) noted |= n.find("set to zero") != std::string::npos;
   EXPECT_TRUE(noted);
-  expect_same_drafts(d, back, spectest::tiny_target());  // drafting reads only the draft rows
+  spectest::expect_same_drafts(d, back, spectest::tiny_target());  // drafting reads only the draft rows
 }
 
 // ---- refusals -------------------------------------------------------------------------

@@ -178,6 +178,32 @@ inline Drafter perturbed_drafter(const DrafterConfig& cfg, uint64_t seed) {
   return d;
 }
 
+/// Both drafters, bound to `target` (a vocabulary of at least 262 tokens), give
+/// the same block hidden states, greedy drafts and confidence logits after
+/// the same context, at several anchors.
+inline void expect_same_drafts(Drafter a, Drafter b, const TargetModel& target) {
+  a.bind(target);
+  b.bind(target);
+  std::vector<TokenId> ids;
+  for (int i = 0; i < 20; ++i) ids.push_back(static_cast<TokenId>((i * 37 + 11) % 262));
+  KVCache cache = target.new_cache();
+  const at::Tensor feats =
+      const_cast<TargetModel&>(target).forward_one(cache, ids, Logits::None, TapRequest{a.tap_layers(), false}).taps;
+  DraftState sa, sb;
+  a.append_context(sa, feats);
+  b.append_context(sb, feats);
+  SamplingParams greedy;
+  greedy.temperature = 0.f;
+  Rng rng(1);
+  for (TokenId anchor : {3, 100, 261}) {
+    EXPECT_TRUE(at::equal(a.block_hidden(sa, anchor, a.gamma()), b.block_hidden(sb, anchor, b.gamma())))
+        << "anchor " << anchor;
+    const Draft da = a.draft(sa, anchor, 0, greedy, rng), db = b.draft(sb, anchor, 0, greedy, rng);
+    EXPECT_EQ(da.tokens, db.tokens) << "anchor " << anchor;
+    EXPECT_EQ(da.conf_logits, db.conf_logits) << "anchor " << anchor;
+  }
+}
+
 /// perturbed_drafter bound to `target`.
 inline Drafter random_drafter(const TargetModel& target, SeqHead head, uint64_t seed = 1234) {
   Drafter d = perturbed_drafter(small_config(target.info(), head), seed);

@@ -122,6 +122,21 @@ class TempDir {
   std::filesystem::path path_;
 };
 
+/// The message of the E thrown by f (a test failure when f throws nothing or something else).
+template <typename E, typename F>
+std::string message_of(F&& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "threw another exception type: " << e.what();
+    return "";
+  }
+  ADD_FAILURE() << "did not throw";
+  return "";
+}
+
 /// Writes `bytes` to `path` (plain, non-atomic; for test inputs).
 inline void write_bytes(const std::string& path, std::string_view bytes) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
@@ -639,3 +654,7 @@ inline void write_tiny_gemma(const std::string& path, uint64_t seed, const TinyG
 }
 
 }  // namespace dspark::test
+
+/// EXPECT that the string `msg` contains `part`, showing both otherwise.
+#define EXPECT_MENTIONS(msg, part) \
+  EXPECT_NE((msg).find(part), std::string::npos) << "expected '" << (part) << "' in: " << (msg)

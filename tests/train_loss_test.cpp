@@ -288,20 +288,106 @@ TEST(TrainLoss, AtenOpsLossEqualsTheFusedKernel) {
   for (const bool draft : {false, true}) {
     SCOPED_TRACE(draft ? "draft labels" : "labels");
     if (draft) t.draft_labels = t.labels.masked_fill(t.labels == 2, -1);
-    std::vector<double> terms[2];
-    at::Tensor grads[2];
-    for (const bool kernels : {true, false}) {
-      const at::Tensor lg = logits.clone().requires_grad_(true), zg = z.clone().requires_grad_(true);
-      LossOptions o;
-      o.kernels = kernels;
-      const LossTerms r = dspark_loss(GraphOut{at::Tensor(), lg, zg}, pt, t, o);
-      r.total.backward();
-      terms[kernels] = {r.ce, r.l1, r.bce, r.total.item<double>()};
-      grads[kernels] = at::cat({lg.grad().view({-1}), zg.grad().view({-1})});
+    for (const double w_kl : {0.0, 0.7}) {
+      SCOPED_TRACE("w_kl " + std::to_string(w_kl));
+      std::vector<double> terms[2];
+      at::Tensor grads[2];
+      for (const bool kernels : {true, false}) {
+        const at::Tensor lg = logits.clone().requires_grad_(true), zg = z.clone().requires_grad_(true);
+        LossOptions o;
+        o.kernels = kernels;
+        o.w_kl = w_kl;
+        const LossTerms r = dspark_loss(GraphOut{at::Tensor(), lg, zg}, pt, t, o);
+        r.total.backward();
+        terms[kernels] = {r.ce, r.l1, r.bce, r.kl, r.total.item<double>()};
+        grads[kernels] = at::cat({lg.grad().view({-1}), zg.grad().view({-1})});
+      }
+      for (size_t k = 0; k < 5; ++k) EXPECT_NEAR(terms[0][k], terms[1][k], 1e-12) << k;
+      if (w_kl > 0) {
+        EXPECT_GT(terms[1][3], 0.1);
+      } else {
+        EXPECT_EQ(terms[1][3], 0.0);  // not computed
+      }
+      EXPECT_GT(grads[1].abs().max().item<double>(), 1e-3);
+      EXPECT_LT((grads[0] - grads[1]).abs().max().item<double>(), 1e-12);
     }
-    for (size_t k = 0; k < 4; ++k) EXPECT_NEAR(terms[0][k], terms[1][k], 1e-12) << k;
-    EXPECT_GT(grads[1].abs().max().item<double>(), 1e-3);
-    EXPECT_LT((grads[0] - grads[1]).abs().max().item<double>(), 1e-12);
+  }
+}
+
+// The forward KL term against its definition, and the gradient of the whole
+// loss (the confidence label held fixed, as in training) with every term weighted (CE, L1, BCE, KL; equal position weights
+// and exp(-j/4)) against central finite differences, on the fused kernel
+// and the ATen-op path, with full and draft-vocabulary targets.
+TEST(TrainLoss, KlTermAndGradientsAgainstFiniteDifferences) {
+  const int64_t N = 2, G = 3, V = 6;
+  at::manual_seed(11);
+  const at::Tensor logits = at::randn({N, G, V}, at::kDouble) * 1.5;
+  const at::Tensor z = at::randn({N, G}, at::kDouble);
+  SlotTargets t;
+  t.anchors = at::tensor({1, 2}, at::kLong);
+  t.labels = at::randint(0, V, {N, G}, at::kLong);
+  t.valid = at::tensor({1, 1, 1, 1, 1, 0}, at::kInt).to(at::kBool).view({N, G});
+  t.prev_tokens = at::zeros({N, G}, at::kLong);
+  t.target_pos = at::zeros({N, G}, at::kLong);
+  for (const bool draft : {false, true}) {
+    // A draft vocabulary leaves 15% of the target's mass outside; one target
+    // probability is exactly 0 (xlogy: no term).
+    at::Tensor pt = at::softmax(at::randn({N, G, V}, at::kDouble) * 2, -1) * (draft ? 0.85 : 1.0);
+    pt[0][1][2] = 0.0;
+    if (draft) t.draft_labels = t.labels.masked_fill(t.labels == 1, -1);
+    for (const double decay : {4.0, 0.0}) {
+      SCOPED_TRACE(std::string(draft ? "draft vocabulary" : "full vocabulary") + ", gamma_decay " +
+                   std::to_string(decay));
+      LossOptions o;
+      o.w_ce = 0.3;
+      o.w_l1 = 0.9;
+      o.w_bce = 0.5;
+      o.w_kl = 0.8;
+      o.gamma_decay = decay;
+      // The KL sum by its definition.
+      double kl = 0, wsum = 0;
+      for (int64_t i = 0; i < N; ++i)
+        for (int64_t j = 0; j < G; ++j) {
+          if (!t.valid[i][j].item<bool>()) continue;
+          const double w = decay > 0 ? std::exp(-static_cast<double>(j) / decay) : 1.0;
+          const at::Tensor logq = at::log_softmax(logits[i][j], -1);
+          for (int64_t v = 0; v < V; ++v) {
+            const double p = pt[i][j][v].item<double>();
+            if (p > 0) kl += w * p * (std::log(p) - logq[v].item<double>());
+          }
+          wsum += w;
+        }
+      EXPECT_NEAR(slot_weight_sum(t.valid, decay), wsum, 1e-12);
+      if (decay == 0) {
+        EXPECT_EQ(wsum, 5.0);
+      }
+      for (const bool kernels : {true, false}) {
+        SCOPED_TRACE(kernels ? "kernel" : "ATen ops");
+        o.kernels = kernels;
+        // c* (a function of the L1 term, no gradient by design) held fixed.
+        const at::Tensor c_star = dspark_loss(GraphOut{at::Tensor(), logits, z}, pt, t, o).c_star;
+        auto loss_at = [&](const at::Tensor& lg) {
+          return dspark_loss(GraphOut{at::Tensor(), lg, z}, pt, t, o, 0.0, c_star).total.item<double>();
+        };
+        const at::Tensor lg = logits.clone().requires_grad_(true);
+        const LossTerms r = dspark_loss(GraphOut{at::Tensor(), lg, z}, pt, t, o, 0.0, c_star);
+        EXPECT_NEAR(r.kl, kl, 1e-12);
+        EXPECT_NEAR(r.weight_sum, wsum, 1e-12);
+        r.total.backward();
+        const at::Tensor grad = lg.grad();
+        double worst = 0;
+        for (int64_t k = 0; k < logits.numel(); ++k) {
+          const double h = 1e-6;
+          at::Tensor up = logits.clone(), dn = logits.clone();
+          up.view({-1})[k] += h;
+          dn.view({-1})[k] -= h;
+          const double fd = (loss_at(up) - loss_at(dn)) / (2 * h);
+          worst = std::max(worst, std::abs(fd - grad.view({-1})[k].item<double>()));
+        }
+        EXPECT_LT(worst, 1e-7);
+        EXPECT_GT(grad.abs().max().item<double>(), 1e-2);
+      }
+    }
   }
 }
 

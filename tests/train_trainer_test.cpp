@@ -36,28 +36,19 @@
 #include "dspark/train/regen.hpp"
 #include "dspark/train/trainer.hpp"
 #include "test_util.hpp"
+#include "train_test_util.hpp"
 
 namespace {
 
 using namespace dspark;
 using namespace dspark::train;
+using test::random_sequences;
+using test::TinySetup;
 namespace fs = std::filesystem;
 
 bool full_mode() {
   const char* v = std::getenv("DSPARK_TEST_FULL");
   return v != nullptr && *v != '\0' && std::string(v) != "0";
-}
-
-std::vector<TrainSequence> random_sequences(int n, int len, int prompt, int64_t vocab, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<TrainSequence> out(static_cast<size_t>(n));
-  for (auto& s : out) {
-    for (int t = 0; t < len; ++t) {
-      s.tokens.push_back(static_cast<TokenId>(3 + rng() % static_cast<uint64_t>(vocab - 3)));
-      s.loss_mask.push_back(t >= prompt ? 1 : 0);
-    }
-  }
-  return out;
 }
 
 // ---- data set ----------------------------------------------------------------
@@ -134,31 +125,6 @@ TEST(TrainTrainer, LearningRateWarmupThenCosine) {
   c.warmup = 0;
   EXPECT_NEAR(lr_at(c, 0), 1e-3, 1e-12);
 }
-
-struct TinySetup {
-  test::TempDir dir;
-  std::unique_ptr<TargetModel> target;
-  explicit TinySetup(uint64_t seed = 1234) {
-    test::write_tiny_llama(dir.file("tiny.gguf"), seed);
-    target = load_target(dir.file("tiny.gguf"));
-  }
-  TrainConfig config(const std::string& data, const std::string& out) const {
-    TrainConfig c;
-    c.data_dir = data;
-    c.out_dir = out;
-    c.drafter.gamma = 4;
-    c.drafter.n_layers = 1;
-    c.drafter.seq_head = SeqHead::Markov;
-    c.steps = 4;
-    c.batch = 6;
-    c.anchors_per_seq = 3;
-    c.save_every = 0;
-    c.eval_every = 0;
-    c.seed = 5;
-    c.progress = Progress::None;
-    return c;
-  }
-};
 
 TEST(TrainTrainer, ResumeContinuesBitForBit) {
   TinySetup s;
@@ -509,16 +475,7 @@ TEST(TrainTrainer, AtenOnlyTrainsLikeTheKernels) {
   TrainConfig c = s.config(data, s.dir.file("r"));
   c.aten_only = true;
   const Run whole = run(c);
-  std::vector<double> parts;
-  {
-    Trainer t(c, *s.target);
-    for (int i = 0; i < 2; ++i) parts.push_back(t.step().loss);
-    t.save_checkpoint();
-  }
-  c.resume = true;
-  Trainer t(c, *s.target);
-  for (int i = 0; i < 2; ++i) parts.push_back(t.step().loss);
-  EXPECT_EQ(parts, whole.losses);
+  EXPECT_EQ(test::losses(test::run_steps_with_resume(c, *s.target, 2, 2)), whole.losses);
   // Device names.
   TrainConfig bad = s.config(data, s.dir.file("bad"));
   for (const char* name : {"tpu", "cuda:x", "", "cpu:"}) {

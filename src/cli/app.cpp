@@ -24,6 +24,7 @@ std::unique_ptr<Command> make_draft_vocab(CLI::App& app, CLI::App*& sub);
 std::unique_ptr<Command> make_perplexity(CLI::App& app, CLI::App*& sub);
 std::unique_ptr<Command> make_export(CLI::App& app, CLI::App*& sub);
 std::unique_ptr<Command> make_import(CLI::App& app, CLI::App*& sub);
+std::unique_ptr<Command> make_export_data(CLI::App& app, CLI::App*& sub);
 
 int run(int argc, char** argv) {
   CLI::App app{"dspark: DSpark speculative decoding engine"};
@@ -45,7 +46,7 @@ int run(int argc, char** argv) {
     auto g = std::make_unique<GenerateCommand>(app);
     commands.emplace_back(g->app(), std::move(g));
     for (auto make : {make_init_drafter, make_bench, make_regen, make_train, make_calibrate, make_profile,
-                      make_draft_vocab, make_perplexity, make_export, make_import, make_serve}) {
+                      make_draft_vocab, make_perplexity, make_export, make_import, make_export_data, make_serve}) {
       CLI::App* sub = nullptr;
       auto c = make(app, sub);
       commands.emplace_back(sub, std::move(c));

@@ -26,7 +26,11 @@ class TrainCommand : public Command {
     app_->add_option("--init", c.init_drafter, "start from this drafter directory (default: a fresh drafter)");
     app_->add_option("--head", head_, "sequential head of a fresh drafter: none, markov, gated, rnn, elman")
         ->capture_default_str();
-    app_->add_option("--layers", c.drafter.n_layers, "draft layers of a fresh drafter")->capture_default_str();
+    layers_opt_ = app_->add_option("--layers", c.drafter.n_layers,
+                                   "draft layers of a fresh drafter; with --init, grow that drafter to this many "
+                                   "(new layers start as the identity: zero output projections)")
+                      ->check(CLI::Range(1, 32))
+                      ->capture_default_str();
     app_->add_option("--gamma", c.drafter.gamma, "block size γ of a fresh drafter")->capture_default_str();
     app_->add_option("--markov-rank", c.drafter.markov_rank, "Markov rank r (multiple of 32)")
         ->capture_default_str();
@@ -40,12 +44,31 @@ class TrainCommand : public Command {
         ->capture_default_str();
     app_->add_option("--lr", c.lr, "peak learning rate")->capture_default_str();
     app_->add_option("--warmup", c.warmup, "fraction of steps of linear warmup")->capture_default_str();
-    app_->add_option("--weight-decay", c.weight_decay, "AdamW weight decay")->capture_default_str();
+    app_->add_option("--weight-decay", c.weight_decay, "decoupled weight decay (AdamW and Muon)")->capture_default_str();
+    app_->add_option("--optimizer", optimizer_,
+                     "adamw, or muon: Muon (momentum + Newton-Schulz orthogonalization) for the hidden matrices, "
+                     "AdamW (--lr) for embeddings, output projections, norms and biases")
+        ->capture_default_str();
+    app_->add_option("--muon-lr", c.muon_lr, "Muon's peak learning rate (same warmup and cosine decay as --lr)")
+        ->capture_default_str();
+    app_->add_option("--muon-momentum", c.muon_momentum, "Muon's momentum (Nesterov)")->capture_default_str();
+    app_->add_option("--muon-lr-scale", muon_scale_,
+                     "Muon's per-matrix learning-rate scale: original (sqrt(max(1, rows/cols))) or "
+                     "match-rms-adamw (0.2*sqrt(max(rows, cols)))")
+        ->capture_default_str();
     app_->add_option("--grad-clip", c.grad_clip, "max global gradient norm (0: off)")->capture_default_str();
     app_->add_option("--w-ce", c.loss.w_ce, "weight of the cross-entropy term")->capture_default_str();
-    app_->add_option("--w-l1", c.loss.w_l1, "weight of the L1 (total variation) term")->capture_default_str();
+    app_->add_option("--w-l1,--w-tv", c.loss.w_l1, "weight of the total-variation term (sum |p_draft - p_target|)")
+        ->capture_default_str();
+    app_->add_option("--w-kl", c.loss.w_kl, "weight of the forward KL term KL(p_target || p_draft) (0: off)")
+        ->capture_default_str();
     app_->add_option("--w-bce", c.loss.w_bce, "weight of the confidence (BCE) term")->capture_default_str();
-    app_->add_option("--gamma-decay", c.loss.gamma_decay, "position weight decay: w_j = exp(-j/gamma_decay)")
+    app_->add_option("--gamma-decay", c.loss.gamma_decay,
+                     "position weight decay: w_k = exp(-(k-1)/gamma_decay) for draft position k (0: equal weights)")
+        ->capture_default_str();
+    app_->add_option("--anchors", anchors_,
+                     "redraw: new random anchors of a sequence every epoch; fixed: the same random anchors "
+                     "every epoch")
         ->capture_default_str();
     app_->add_option("--save-every", c.save_every, "checkpoint period in steps (0: at the end only)")
         ->capture_default_str();
@@ -80,6 +103,9 @@ class TrainCommand : public Command {
         ->check(non_negative_integer())
         ->capture_default_str();
     app_->add_flag("--resume", c.resume, "continue from OUT/checkpoints/latest.json");
+    app_->add_flag("--fill-feature-cache", fill_cache_,
+                   "compute the target features of every sequence of --data missing from --feature-cache-dir, "
+                   "store them and exit (rebuilds the cache later runs read)");
     app_->add_flag("--eval-only", c.eval_only,
                    "evaluate the --init drafter on every sequence of --data (teacher-forced "
                    "τ and loss; --eval-sequences caps them, default all) and exit; writes nothing");
@@ -96,6 +122,10 @@ class TrainCommand : public Command {
     else if (precision_ == "fp32") cfg_.precision = train::MatmulPrecision::Float32;
     else throw InvalidArgument("--precision must be bf16 or fp32, got '" + precision_ + "'");
     cfg_.drafter.seq_head = parse_seq_head(head_);
+    cfg_.optimizer = train::parse_optimizer(optimizer_);
+    cfg_.muon_lr_scale = train::parse_muon_lr_scale(muon_scale_);
+    cfg_.anchors = train::parse_anchor_draw(anchors_);
+    if (!cfg_.init_drafter.empty() && layers_opt_->count() > 0) cfg_.grow_layers = cfg_.drafter.n_layers;
     if (split_seed_) cfg_.split_seed = *split_seed_;
     if (quiet_) cfg_.progress = train::Progress::None;
     if (cfg_.eval_only) {
@@ -122,6 +152,12 @@ class TrainCommand : public Command {
       target = load_target(model_.model, model_.compute_mode());
     }
     train::Trainer trainer(cfg_, *target);
+    if (fill_cache_) {
+      const int64_t n = trainer.fill_feature_cache();
+      std::printf("feature cache %s: %lld sequences computed\n", cfg_.feature_cache_dir.c_str(),
+                  static_cast<long long>(n));
+      return 0;
+    }
     train::EvalStats ev = trainer.run();
     const auto& a = ev.acceptance;
     std::printf("step %lld: eval loss %.4f | tau greedy %.3f | tau sample %.3f (%s, %lld anchors) -> %s\n",
@@ -167,12 +203,14 @@ class TrainCommand : public Command {
   CLI::App* app_;
   CLI::Option* out_opt_ = nullptr;
   CLI::Option* eval_seq_opt_ = nullptr;
+  CLI::Option* layers_opt_ = nullptr;
   ModelOptions model_;
   train::TrainConfig cfg_;
-  std::string head_ = "markov", precision_ = "bf16";
+  std::string head_ = "markov", precision_ = "bf16", optimizer_ = "adamw", muon_scale_ = "original",
+              anchors_ = "redraw";
   int64_t draft_vocab_ = 0;
   std::optional<uint64_t> split_seed_;
-  bool quiet_ = false;
+  bool quiet_ = false, fill_cache_ = false;
 };
 
 std::unique_ptr<Command> make_train(CLI::App& app, CLI::App*& sub) {

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <utility>
 
 #include "dspark/error.hpp"
 #include "dspark/io/atomic_file.hpp"
@@ -18,6 +20,40 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr int kVersion = 1;
+
+// A config that declares no sequential head (seq_head "none", or no key)
+// must not come with weights of one: loading them as "none" would silently
+// draft without the head the drafter was trained with. The tensors prove a
+// head when they hold its own parameters, or a non-zero markov_w2 (the
+// Markov projection starts at zero and only a Markov-family head trains it).
+// Refused rather than inferred: which head (and whether "none" was meant as
+// an ablation) is the config's to say, and the fix is one key.
+void check_declared_head(const nlohmann::json& cfg_json, const DrafterConfig& cfg,
+                         const std::map<std::string, at::Tensor>& file_tensors, const std::string& where) {
+  if (cfg.seq_head != SeqHead::None) return;
+  std::string head, evidence;
+  for (const auto& [prefix, name] : {std::pair{"markov_gate.", "gated"}, {"rnn.", "rnn"}, {"elman.", "elman"}})
+    for (const auto& [t, v] : file_tensors)
+      if (head.empty() && t.rfind(prefix, 0) == 0) {
+        head = name;
+        evidence = "the tensor '" + t + "'";
+      }
+  if (head.empty()) {
+    auto it = file_tensors.find("markov_w2.weight");
+    if (it != file_tensors.end() && at::any(it->second != 0).item<bool>()) {
+      head = "markov";
+      evidence = "a non-zero markov_w2.weight (a trained Markov projection; a drafter without a sequential "
+                 "head keeps it at zero)";
+    }
+  }
+  if (head.empty()) return;
+  const std::string declared = cfg_json.contains("seq_head") ? "\"seq_head\": " + cfg_json.at("seq_head").dump()
+                                                             : "no \"seq_head\" key";
+  throw FormatError(where + ": config has " + declared + " but the weights hold " + evidence +
+                    ", so they belong to a drafter with a sequential head (\"" + head +
+                    "\"); loaded without it the drafter would draft worse than it was trained to. Set "
+                    "config.seq_head to \"" + head + "\" (or to the head it was trained with)");
+}
 
 }  // namespace
 
@@ -121,6 +157,9 @@ Drafter load_drafter(const std::string& dir) {
     if (!at::isfinite(params[name]).all().item<bool>())
       throw FormatError(weights + ": tensor '" + name + "' holds NaN or infinite values (a diverged or corrupt drafter)");
   }
+  std::map<std::string, at::Tensor> from_file;
+  for (const auto& [name, t] : data.tensors) from_file.emplace(name, params.at(name));
+  check_declared_head(j.at("config"), cfg, from_file, where);
   try {
     return Drafter(cfg, std::move(params));
   } catch (const FormatError& e) {

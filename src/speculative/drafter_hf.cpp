@@ -26,6 +26,7 @@
 #include "dspark/io/safetensors.hpp"
 #include "dspark/speculative/checkpoint.hpp"
 #include "interop_util.hpp"
+#include "json_get.hpp"
 
 namespace dspark::interop {
 
@@ -170,18 +171,8 @@ InteropNotes export_hf(const Drafter& d, const TargetInfo& t, const std::string&
 namespace {
 
 template <typename T>
-T get(const json& j, const std::string& key, const std::string& where) {
-  if (!j.contains(key)) throw FormatError(where + ": missing key '" + key + "'");
-  try {
-    return j.at(key).get<T>();
-  } catch (const json::exception&) {
-    throw FormatError(where + ": key '" + key + "' has the wrong type (" + j.at(key).type_name() + ")");
-  }
-}
-
-template <typename T>
 T get_or(const json& j, const std::string& key, T fallback, const std::string& where) {
-  return j.contains(key) && !j.at(key).is_null() ? get<T>(j, key, where) : fallback;
+  return j.contains(key) && !j.at(key).is_null() ? json_get<T>(j, key, where) : fallback;
 }
 
 // Refuses config.json features that dspark's drafter does not compute.
@@ -209,19 +200,19 @@ void refuse_unsupported(const json& j, const std::string& where) {
 DrafterConfig config_from_hf(const json& j, const TargetInfo& t, const std::string& where) {
   refuse_unsupported(j, where);
   DrafterConfig c;
-  c.hidden = get<int64_t>(j, "hidden_size", where);
-  c.ffn = get<int>(j, "intermediate_size", where);
-  c.n_layers = get<int>(j, "num_hidden_layers", where);
-  c.n_heads = get<int>(j, "num_attention_heads", where);
+  c.hidden = json_get<int64_t>(j, "hidden_size", where);
+  c.ffn = json_get<int>(j, "intermediate_size", where);
+  c.n_layers = json_get<int>(j, "num_hidden_layers", where);
+  c.n_heads = json_get<int>(j, "num_attention_heads", where);
   c.n_kv_heads = get_or<int>(j, "num_key_value_heads", c.n_heads, where);
   c.head_dim = get_or<int>(j, "head_dim", c.n_heads > 0 ? static_cast<int>(c.hidden / c.n_heads) : 0, where);
-  c.eps = get<double>(j, "rms_norm_eps", where);
-  c.rope_base = j.contains("rope_theta") ? get<double>(j, "rope_theta", where)
-                : j.contains("rope_parameters") ? get<double>(j.at("rope_parameters"), "rope_theta", where + " rope_parameters")
+  c.eps = json_get<double>(j, "rms_norm_eps", where);
+  c.rope_base = j.contains("rope_theta") ? json_get<double>(j, "rope_theta", where)
+                : j.contains("rope_parameters") ? json_get<double>(j.at("rope_parameters"), "rope_theta", where + " rope_parameters")
                                                 : 10000.0;
-  c.vocab = get<int64_t>(j, "vocab_size", where);
-  c.gamma = get<int>(j, "block_size", where);
-  for (int l : get<std::vector<int>>(j, "target_layer_ids", where)) {
+  c.vocab = json_get<int64_t>(j, "vocab_size", where);
+  c.gamma = json_get<int>(j, "block_size", where);
+  for (int l : json_get<std::vector<int>>(j, "target_layer_ids", where)) {
     if (l < 0)
       throw FormatError(where + ": target_layer_ids holds " + std::to_string(l) +
                         " (the embedding output), which dspark's drafter cannot tap");
@@ -231,7 +222,7 @@ DrafterConfig config_from_hf(const json& j, const TargetInfo& t, const std::stri
   if (n_target != t.n_layers)
     throw FormatError(where + ": num_target_layers is " + std::to_string(n_target) + ", the target has " +
                       std::to_string(t.n_layers) + " layers");
-  const int rank = get<int>(j, "markov_rank", where);
+  const int rank = json_get<int>(j, "markov_rank", where);
   c.markov_rank = rank == 0 ? 32 : rank;  // rank 0: no Markov head; W1 = W2 = 0 below
   c.seq_head = SeqHead::None;
   if (rank > 0) {
@@ -245,16 +236,16 @@ DrafterConfig config_from_hf(const json& j, const TargetInfo& t, const std::stri
   const std::string dw = where + " dspark";
   if (ds.contains("seq_head")) {
     try {
-      c.seq_head = parse_seq_head(get<std::string>(ds, "seq_head", dw));
+      c.seq_head = parse_seq_head(json_get<std::string>(ds, "seq_head", dw));
     } catch (const InvalidArgument& e) {
       throw FormatError(dw + ": " + e.what());
     }
   }
-  if (ds.contains("target_id") && get<std::string>(ds, "target_id", dw) != t.id)
+  if (ds.contains("target_id") && json_get<std::string>(ds, "target_id", dw) != t.id)
     throw FormatError(where + ": the drafter was built for '" + ds.at("target_id").get<std::string>() +
                       "', the target is '" + t.id + "'");
   c.target_id = t.id;
-  const int mask = get<int>(j, "mask_token_id", where);
+  const int mask = json_get<int>(j, "mask_token_id", where);
   if (mask < 0 || mask >= c.vocab)
     throw FormatError(where + ": mask_token_id " + std::to_string(mask) + " is outside the vocabulary [0, " +
                       std::to_string(c.vocab) + ")");
@@ -287,10 +278,10 @@ Drafter import_hf(const std::string& dir, const TargetInfo& t, InteropNotes& not
   }
   if (!j.is_object()) throw FormatError(where + ": expected a JSON object");
   const DrafterConfig c = config_from_hf(j, t, where);
-  const int rank = get<int>(j, "markov_rank", where);
+  const int rank = json_get<int>(j, "markov_rank", where);
   const bool conf = get_or<bool>(j, "enable_confidence_head", false, where);
   const bool conf_markov = conf && get_or<bool>(j, "confidence_head_with_markov", false, where);
-  const int mask = get<int>(j, "mask_token_id", where);
+  const int mask = json_get<int>(j, "mask_token_id", where);
 
   std::map<std::string, at::Tensor> tensors;
   for (auto& [name, tensor] : io::load_safetensors_dir(dir).tensors)

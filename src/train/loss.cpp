@@ -16,32 +16,41 @@ namespace dspark::train {
 
 namespace {
 
-// w_j = exp(-j / gamma_decay) as a [γ] tensor of dtype `dt`.
+// w_j = exp(-j / gamma_decay) as a [γ] tensor of dtype `dt`; 1 for gamma_decay 0.
 at::Tensor position_weights(int64_t G, double gamma_decay, at::ScalarType dt, at::Device dev = at::kCPU) {
-  if (!(gamma_decay > 0)) throw InvalidArgument("gamma_decay must be positive");
+  if (!(gamma_decay >= 0) || !std::isfinite(gamma_decay))
+    throw InvalidArgument("gamma_decay must be positive, or 0 for equal position weights");
+  if (gamma_decay == 0) return at::ones({G}, at::TensorOptions().dtype(dt).device(dev));
   return at::exp(-at::arange(G, at::kDouble) / gamma_decay).to(dev, dt);
 }
 
-// VocabLossFn's {ce, l1} in ATen ops, for tensors off the CPU (autograd
+// VocabLossFn's {ce, l1, kl} in ATen ops, for tensors off the CPU (autograd
 // gives the same gradients; |x| has gradient 0 at 0, as sign() there).
-std::vector<at::Tensor> vocab_loss_ops(const at::Tensor& logits, const at::Tensor& p_target, const at::Tensor& labels) {
+// kl is zeros unless `with_kl`.
+std::vector<at::Tensor> vocab_loss_ops(const at::Tensor& logits, const at::Tensor& p_target, const at::Tensor& labels,
+                                       bool with_kl) {
   const at::Tensor lse = at::logsumexp(logits, -1);
   const at::Tensor ce = lse - logits.gather(1, labels.unsqueeze(1)).squeeze(1);
-  const at::Tensor l1 = (at::exp(logits - lse.unsqueeze(1)) - p_target).abs().sum(-1);
-  return {ce, l1};
+  const at::Tensor logq = logits - lse.unsqueeze(1);
+  const at::Tensor l1 = (at::exp(logq) - p_target).abs().sum(-1);
+  const at::Tensor kl = with_kl ? (at::xlogy(p_target, p_target) - p_target * logq).sum(-1) : at::zeros_like(ce);
+  return {ce, l1, kl};
 }
 
-// Per-row cross-entropy and L1 distance of softmax(z) to p^t, fused:
-//   forward   p = softmax(z), ce = logsumexp(z) − z[y], l1 = Σ_v |p_v − pt_v|
-//   backward  ∂ce/∂z = p − onehot(y),  ∂l1/∂z = p ⊙ (s − ⟨s, p⟩), s = sign(p − pt)
-// z, pt: [M, V] (fp32 or fp64), y: [M] int64 → {ce [M], l1 [M]}.
+// Per-row cross-entropy, L1 distance and forward KL of softmax(z) to p^t, fused:
+//   forward   p = softmax(z), ce = logsumexp(z) − z[y], l1 = Σ_v |p_v − pt_v|,
+//             kl = Σ_v pt_v (log pt_v − log p_v)   (0 unless with_kl; terms with pt_v = 0 are 0)
+//   backward  ∂ce/∂z = p − onehot(y),  ∂l1/∂z = p ⊙ (s − ⟨s, p⟩), s = sign(p − pt),
+//             ∂kl/∂z = p·Σ_v pt_v − pt
+// z, pt: [M, V] (fp32 or fp64), y: [M] int64 → {ce [M], l1 [M], kl [M]}.
 class VocabLossFn : public torch::autograd::Function<VocabLossFn> {
  public:
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const at::Tensor& logits,
-                                                const at::Tensor& p_target, const at::Tensor& labels) {
+                                                const at::Tensor& p_target, const at::Tensor& labels, bool with_kl) {
     at::Tensor z = logits.contiguous(), pt = p_target.contiguous(), y = labels.contiguous();
     const int64_t M = z.size(0), V = z.size(1);
     at::Tensor p = at::empty_like(z), ce = at::empty({M}, z.options()), l1 = at::empty({M}, z.options());
+    at::Tensor kl = at::zeros({M}, z.options());
     AT_DISPATCH_FLOATING_TYPES(z.scalar_type(), "vocab_loss_forward", [&] {
       const scalar_t* zp = z.data_ptr<scalar_t>();
       const scalar_t* tp = pt.data_ptr<scalar_t>();
@@ -49,6 +58,7 @@ class VocabLossFn : public torch::autograd::Function<VocabLossFn> {
       scalar_t* pp = p.data_ptr<scalar_t>();
       scalar_t* cp = ce.data_ptr<scalar_t>();
       scalar_t* lp = l1.data_ptr<scalar_t>();
+      scalar_t* kp = kl.data_ptr<scalar_t>();
       at::parallel_for(0, M, 1, [&](int64_t r0, int64_t r1) {
         for (int64_t r = r0; r < r1; ++r) {
           const scalar_t* zr = zp + r * V;
@@ -67,13 +77,21 @@ class VocabLossFn : public torch::autograd::Function<VocabLossFn> {
             pr[v] *= inv;
             dist += std::abs(pr[v] - tr[v]);
           }
-          cp[r] = static_cast<scalar_t>(static_cast<double>(mx) + std::log(sum) - static_cast<double>(zr[yp[r]]));
+          const double lse = static_cast<double>(mx) + std::log(sum);
+          cp[r] = static_cast<scalar_t>(lse - static_cast<double>(zr[yp[r]]));
           lp[r] = static_cast<scalar_t>(dist);
+          if (with_kl) {
+            double k = 0;
+            for (int64_t v = 0; v < V; ++v)
+              if (tr[v] > 0)
+                k += static_cast<double>(tr[v]) * (std::log(static_cast<double>(tr[v])) - (zr[v] - lse));
+            kp[r] = static_cast<scalar_t>(k);
+          }
         }
       });
     });
     ctx->save_for_backward({p, pt, y});
-    return {ce, l1};
+    return {ce, l1, kl};
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -85,6 +103,7 @@ class VocabLossFn : public torch::autograd::Function<VocabLossFn> {
     const int64_t M = p.size(0), V = p.size(1);
     at::Tensor gce = grads[0].defined() ? grads[0].contiguous() : at::zeros({M}, p.options());
     at::Tensor gl1 = grads[1].defined() ? grads[1].contiguous() : at::zeros({M}, p.options());
+    at::Tensor gkl = grads[2].defined() ? grads[2].contiguous() : at::zeros({M}, p.options());
     at::Tensor gz = at::empty_like(p);
     AT_DISPATCH_FLOATING_TYPES(p.scalar_type(), "vocab_loss_backward", [&] {
       const scalar_t* pp = p.data_ptr<scalar_t>();
@@ -92,31 +111,35 @@ class VocabLossFn : public torch::autograd::Function<VocabLossFn> {
       const int64_t* yp = y.data_ptr<int64_t>();
       const scalar_t* ga = gce.data_ptr<scalar_t>();
       const scalar_t* gb = gl1.data_ptr<scalar_t>();
+      const scalar_t* gk = gkl.data_ptr<scalar_t>();
       scalar_t* out = gz.data_ptr<scalar_t>();
       at::parallel_for(0, M, 1, [&](int64_t r0, int64_t r1) {
         for (int64_t r = r0; r < r1; ++r) {
           const scalar_t* pr = pp + r * V;
           const scalar_t* tr = tp + r * V;
           scalar_t* o = out + r * V;
-          const scalar_t a = ga[r], b = gb[r];
-          double dot = 0;
+          const scalar_t a = ga[r], b = gb[r], c = gk[r];
+          double dot = 0, mass = 0;
           if (b != 0) {
             for (int64_t v = 0; v < V; ++v) {
               const scalar_t d = pr[v] - tr[v];
               dot += d > 0 ? pr[v] : (d < 0 ? -pr[v] : 0);
             }
           }
-          const scalar_t dt = static_cast<scalar_t>(dot);
+          if (c != 0)
+            for (int64_t v = 0; v < V; ++v) mass += tr[v];
+          const scalar_t dt = static_cast<scalar_t>(dot), sm = static_cast<scalar_t>(mass);
           for (int64_t v = 0; v < V; ++v) {
             const scalar_t d = pr[v] - tr[v];
             const scalar_t sg = d > 0 ? 1 : (d < 0 ? -1 : 0);
             o[v] = a * pr[v] + b * pr[v] * (sg - dt);
+            if (c != 0) o[v] += c * (pr[v] * sm - tr[v]);
           }
           o[yp[r]] -= a;
         }
       });
     });
-    return {gz, at::Tensor(), at::Tensor()};
+    return {gz, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -317,8 +340,9 @@ LossTerms dspark_loss(const GraphOut& out, const at::Tensor& p_target, const Slo
   const int64_t M = logits.size(0) * G, V = logits.size(2);
   at::Tensor pt = p_target.to(dt).reshape({M, V}).detach();
   const at::Tensor z = logits.reshape({M, V}), y = (sub ? labels.clamp_min(0) : labels).reshape({M});
-  auto ce_l1 = opts.kernels && z.is_cpu() ? VocabLossFn::apply(z, pt, y) : vocab_loss_ops(z, pt, y);
-  at::Tensor ce = ce_l1[0].view({-1, G}), l1 = ce_l1[1].view({-1, G});  // [N, γ]
+  const bool with_kl = opts.w_kl > 0;
+  auto terms = opts.kernels && z.is_cpu() ? VocabLossFn::apply(z, pt, y, with_kl) : vocab_loss_ops(z, pt, y, with_kl);
+  at::Tensor ce = terms[0].view({-1, G}), l1 = terms[1].view({-1, G}), kl = terms[2].view({-1, G});  // [N, γ]
   if (sub) {
     ce = ce * (labels >= 0).to(dt);
     // The target mass outside the draft vocabulary, where q = 0 (constant).
@@ -329,15 +353,15 @@ LossTerms dspark_loss(const GraphOut& out, const at::Tensor& p_target, const Slo
                                         : (1.0 - 0.5 * r.l1_slot).clamp(0.0, 1.0);
   at::Tensor bce = at::binary_cross_entropy_with_logits(out.conf_logits, r.c_star, {}, {},
                                                         at::Reduction::None);
-  at::Tensor s_ce = (ce * w).sum(), s_l1 = (l1 * w).sum(), s_bce = (bce * w).sum();
+  at::Tensor s_ce = (ce * w).sum(), s_l1 = (l1 * w).sum(), s_bce = (bce * w).sum(), s_kl = (kl * w).sum();
   r.ce = s_ce.item<double>();
   r.l1 = s_l1.item<double>();
   r.bce = s_bce.item<double>();
-  if (norm > 0) {
-    r.total = (opts.w_ce * s_ce + opts.w_l1 * s_l1 + opts.w_bce * s_bce) / norm;
-  } else {
-    r.total = (s_ce + s_l1 + s_bce) * 0.0;  // no valid slot: zero, still attached to the graph
-  }
+  r.kl = s_kl.item<double>();
+  at::Tensor sum = opts.w_ce * s_ce + opts.w_l1 * s_l1 + opts.w_bce * s_bce;
+  if (with_kl) sum = sum + opts.w_kl * s_kl;
+  // No valid slot: zero, still attached to the graph.
+  r.total = norm > 0 ? sum / norm : sum * 0.0;
   return r;
 }
 
@@ -402,6 +426,7 @@ void accumulate_acceptance(const GraphOut& out, const at::Tensor& target_argmax,
   stats.ce += loss.ce;
   stats.l1 += loss.l1;
   stats.bce += loss.bce;
+  stats.kl += loss.kl;
   stats.weight_sum += loss.weight_sum;
 }
 

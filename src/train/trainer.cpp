@@ -23,6 +23,7 @@
 #include "dspark/model/aten_forward.hpp"
 #include "dspark/speculative/checkpoint.hpp"
 #include "dspark/train/data.hpp"
+#include "dspark/train/data_fingerprint.hpp"
 #include "dspark/train/drafter_graph.hpp"
 #include "dspark/train/feature_cache.hpp"
 
@@ -38,6 +39,7 @@ double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::
 constexpr uint64_t kSplitSalt = 0x5EED'0001'D5BA'4C00ULL;
 constexpr uint64_t kEvalSalt = 0x5EED'0002'D5BA'4C00ULL;
 constexpr uint64_t kEpochSalt = 0x9E37'79B9'7F4A'7C15ULL;
+constexpr uint64_t kFixedAnchorSalt = 0x5EED'0003'D5BA'4C00ULL;
 
 // Fisher-Yates with explicit modular draws (identical on every standard library).
 void shuffle(std::vector<size_t>& v, std::mt19937_64& rng) {
@@ -57,6 +59,13 @@ std::string format_duration(double s) {
   if (t >= 3600) std::snprintf(buf, sizeof(buf), "%lldh%02lldm", t / 3600, (t / 60) % 60);
   else std::snprintf(buf, sizeof(buf), "%lldm%02llds", t / 60, t % 60);
   return buf;
+}
+
+// The weighted total of the mean loss terms (the KL term only when weighted,
+// so that runs without it report the same totals as before it existed).
+double total_loss(const LossOptions& o, double ce, double l1, double bce, double kl) {
+  const double t = o.w_ce * ce + o.w_l1 * l1 + o.w_bce * bce;
+  return o.w_kl > 0 ? t + o.w_kl * kl : t;
 }
 
 nlohmann::json read_json(const std::string& path) {
@@ -84,8 +93,11 @@ nlohmann::json identity_json(const TrainConfig& c) {
                       {"eval_fraction", c.eval_fraction},
                       {"eval_max_sequences", c.eval_max_sequences},
                       {"max_len", c.max_len}};
-  // Only when it differs from the seed, so checkpoints from before the option match.
+  // Only when it differs from the seed / the default, so checkpoints from
+  // before these options match.
   if (c.split_seed && *c.split_seed != c.seed) j["split_seed"] = *c.split_seed;
+  if (c.anchors != AnchorDraw::Redraw) j["anchors"] = to_string(c.anchors);
+  if (c.optimizer != OptimizerKind::AdamW) j["optimizer"] = to_string(c.optimizer);
   return j;
 }
 
@@ -100,6 +112,11 @@ nlohmann::json config_json(const TrainConfig& c) {
             {"grad_clip", c.grad_clip},
             {"gamma_decay", c.loss.gamma_decay},
             {"loss_weights", {c.loss.w_ce, c.loss.w_l1, c.loss.w_bce}},
+            {"w_kl", c.loss.w_kl},
+            {"optimizer", to_string(c.optimizer)},
+            {"muon", {{"lr", c.muon_lr}, {"momentum", c.muon_momentum}, {"lr_scale", to_string(c.muon_lr_scale)}}},
+            {"anchors", to_string(c.anchors)},
+            {"grow_layers", c.grow_layers},
             {"precision", c.precision == MatmulPrecision::BFloat16 ? "bf16" : "fp32"},
             {"device", c.device},
             {"aten_only", c.aten_only},
@@ -108,6 +125,14 @@ nlohmann::json config_json(const TrainConfig& c) {
 }
 
 }  // namespace
+
+std::string to_string(AnchorDraw a) { return a == AnchorDraw::Fixed ? "fixed" : "redraw"; }
+
+AnchorDraw parse_anchor_draw(const std::string& s) {
+  if (s == "redraw") return AnchorDraw::Redraw;
+  if (s == "fixed") return AnchorDraw::Fixed;
+  throw InvalidArgument("unknown anchor draw '" + s + "' (expected redraw or fixed)");
+}
 
 void TrainConfig::validate() const {
   auto need = [](bool ok, const std::string& what) {
@@ -125,8 +150,15 @@ void TrainConfig::validate() const {
   need(weight_decay >= 0, "weight_decay must be >= 0");
   need(save_every >= 0 && eval_every >= 0 && log_every >= 1,
        "save_every/eval_every must be >= 0 and log_every >= 1");
-  need(loss.gamma_decay > 0, "gamma_decay must be positive");
-  need(loss.w_ce >= 0 && loss.w_l1 >= 0 && loss.w_bce >= 0, "loss weights must be >= 0");
+  need(loss.gamma_decay >= 0 && std::isfinite(loss.gamma_decay),
+       "gamma_decay must be positive (or 0: equal position weights)");
+  need(loss.w_ce >= 0 && loss.w_l1 >= 0 && loss.w_bce >= 0 && loss.w_kl >= 0, "loss weights must be >= 0");
+  need(loss.w_ce + loss.w_l1 + loss.w_bce + loss.w_kl > 0, "at least one loss weight must be positive");
+  need(muon_lr > 0 && std::isfinite(muon_lr), "muon_lr must be positive");
+  need(muon_momentum >= 0 && muon_momentum < 1, "muon_momentum must be in [0, 1)");
+  need(grow_layers >= 0 && grow_layers <= 32, "grow_layers must be in [0, 32]");
+  need(grow_layers == 0 || !init_drafter.empty() || resume,
+       "growing draft layers needs an init drafter (a fresh drafter takes drafter.n_layers)");
   need(eval_fraction >= 0 && eval_fraction < 1, "eval_fraction must be in [0, 1)");
   need(eval_max_sequences >= 0 && eval_anchors_per_seq >= 1, "eval sizes must be positive");
   need(max_len >= 0 && feature_cache_mb >= 0, "max_len and feature_cache_mb must be >= 0");
@@ -175,7 +207,7 @@ struct Trainer::Impl {
   std::unique_ptr<Drafter> drafter;
   std::unique_ptr<DrafterGraph> graph;
   std::vector<at::Tensor> params;  // in param_spec order (the optimizer's order)
-  std::unique_ptr<torch::optim::AdamW> opt;
+  std::unique_ptr<Optimizer> opt;
   std::vector<size_t> train_idx, eval_idx;
   bool eval_held_out = true;
   std::vector<std::vector<int64_t>> eval_anchors;  // per eval_idx entry
@@ -355,6 +387,18 @@ struct Trainer::Impl {
     cursor = 0;
   }
 
+  // Up to `want` anchors of sequence i for this visit (see AnchorDraw). A
+  // fixed draw of fewer than anchors_per_seq (the last group of a batch) is
+  // a subset of the full one: the partial Fisher-Yates of sample_anchors
+  // makes the same first picks from the same generator.
+  std::vector<int64_t> draw_anchors(size_t i, int want) {
+    if (cfg.anchors == AnchorDraw::Fixed) {
+      std::mt19937_64 r(cfg.seed ^ kFixedAnchorSalt ^ (static_cast<uint64_t>(i) * kEpochSalt));
+      return sample_anchors(mask(i), want, r);
+    }
+    return sample_anchors(mask(i), want, rng);
+  }
+
   size_t next_sequence() {
     if (cursor >= order.size()) {
       ++epoch;
@@ -375,18 +419,24 @@ struct Trainer::Impl {
 
   void setup_params_and_optimizer() {
     params.clear();
+    std::vector<OptParam> named;
     auto& mp = drafter->mutable_params();
     for (const auto& [name, shape] : Drafter::param_spec(drafter->config())) {
       at::Tensor& p = mp.at(name);
       p = p.detach().to(dev).contiguous();
       p.requires_grad_(true);
       params.push_back(p);
+      named.push_back({name, p, is_muon_param(name, p.sizes())});
     }
-    opt = std::make_unique<torch::optim::AdamW>(
-        params, torch::optim::AdamWOptions(cfg.lr)
-                    .betas({cfg.adam_beta1, cfg.adam_beta2})
-                    .eps(cfg.adam_eps)
-                    .weight_decay(cfg.weight_decay));
+    OptimizerOptions oo;
+    oo.kind = cfg.optimizer;
+    oo.beta1 = cfg.adam_beta1;
+    oo.beta2 = cfg.adam_beta2;
+    oo.eps = cfg.adam_eps;
+    oo.weight_decay = cfg.weight_decay;
+    oo.muon_momentum = cfg.muon_momentum;
+    oo.muon_lr_scale = cfg.muon_lr_scale;
+    opt = std::make_unique<Optimizer>(std::move(named), oo);
     graph = std::make_unique<DrafterGraph>(drafter->config(), target.embedding().to(dev), lm_head_dev,
                                            GraphOptions{cfg.precision, !portable});
   }
@@ -483,6 +533,7 @@ struct Trainer::Impl {
                               {"cursor", cursor},
                               {"rng", rs.str()},
                               {"optimizer_bytes", opt_bytes.size()},
+                              {"data", data_fingerprint(data)},
                               {"identity", identity_json(cfg)},
                               {"config", config_json(cfg)}};
       io::write_json_atomic((tmp / "trainer_state.json").string(), state);
@@ -526,7 +577,23 @@ struct Trainer::Impl {
     if (st.value("identity", nlohmann::json()) != identity_json(cfg))
       throw InvalidArgument(spath + ": the checkpoint was made with " + st.value("identity", nlohmann::json()).dump() +
                             ", this run asks for " + identity_json(cfg).dump() +
-                            " (seed, batch, anchors_per_seq, eval split and max_len must not change on resume)");
+                            " (seed, batch, anchors_per_seq, anchors, optimizer, eval split and max_len must not "
+                            "change on resume)");
+    // The data position (epoch, cursor, the split) means something only on
+    // the same sequences in the same order. Checkpoints from before the
+    // fingerprint was recorded have none and are not checked.
+    if (st.contains("data")) {
+      const nlohmann::json want = st["data"], got = data_fingerprint(data);
+      if (want.value("hash", "") != got.value("hash", ""))
+        throw InvalidArgument(spath + ": the checkpoint was trained on other data (" +
+                              std::to_string(want.value("n_sequences", int64_t{0})) + " sequences, " +
+                              std::to_string(want.value("n_tokens", int64_t{0})) + " tokens, hash " +
+                              want.value("hash", "") + ") than " + cfg.data_dir + " holds (" +
+                              std::to_string(got.value("n_sequences", int64_t{0})) + " sequences, " +
+                              std::to_string(got.value("n_tokens", int64_t{0})) + " tokens, hash " +
+                              got.value("hash", "") + "); resume with the data the run started on (its recipe: " +
+                              want.value("recipe", nlohmann::json::object()).dump() + ")");
+    }
     const nlohmann::json dj = read_drafter_json(dir.string());
     if (!dj.contains("train") || dj["train"].value("step", int64_t{-1}) != s)
       throw FormatError((dir / "dspark.json").string() + ": not the weights of step " + std::to_string(s));
@@ -542,7 +609,11 @@ struct Trainer::Impl {
                         " does not match trainer_state.json optimizer_bytes");
     torch::serialize::InputArchive ar;
     ar.load_from(bytes.data(), bytes.size(), dev);
-    opt->load(ar);
+    try {
+      opt->load(ar);
+    } catch (const FormatError& e) {
+      throw FormatError(opath + ": " + e.what());
+    }
 
     step = s;
     epoch = st.at("epoch").get<int64_t>();
@@ -590,6 +661,8 @@ Trainer::Trainer(TrainConfig cfg, TargetModel& target) : impl_(std::make_unique<
         m.drafter = std::make_unique<Drafter>(dc, m.drafter->params());
       }
       m.check_draft_vocab(m.cfg.init_drafter);
+      if (m.cfg.grow_layers > 0 && m.cfg.grow_layers != m.drafter->config().n_layers)
+        m.drafter = std::make_unique<Drafter>(grow_drafter(*m.drafter, m.cfg.grow_layers, m.cfg.seed));
     } else {
       DrafterConfig dc = m.cfg.drafter;
       dc.complete_from(ti);
@@ -604,6 +677,7 @@ Trainer::Trainer(TrainConfig cfg, TargetModel& target) : impl_(std::make_unique<
 Trainer::~Trainer() = default;
 
 int64_t Trainer::steps_done() const { return impl_->step; }
+int64_t Trainer::epoch() const { return impl_->cursor >= impl_->order.size() ? impl_->epoch + 1 : impl_->epoch; }
 const TrainConfig& Trainer::config() const { return impl_->cfg; }
 Drafter& Trainer::drafter() { return *impl_->drafter; }
 const std::vector<size_t>& Trainer::train_indices() const { return impl_->train_idx; }
@@ -626,10 +700,11 @@ StepStats Trainer::step() {
   while (n_anchors < m.cfg.batch) {
     const size_t i = m.next_sequence();
     const int want = static_cast<int>(std::min<int64_t>(m.cfg.anchors_per_seq, m.cfg.batch - n_anchors));
-    std::vector<int64_t> a = sample_anchors(m.mask(i), want, m.rng);
+    std::vector<int64_t> a = m.draw_anchors(i, want);
     if (a.empty()) continue;
     n_anchors += static_cast<int64_t>(a.size());
     groups.push_back({i, m.slot_targets(i, a)});
+    st.groups.push_back({i, std::move(a)});
   }
   double norm = 0;
   for (auto& g : groups) {
@@ -647,20 +722,20 @@ StepStats Trainer::step() {
     st.ce += loss.ce;
     st.l1 += loss.l1;
     st.bce += loss.bce;
+    st.kl += loss.kl;
   }
   st.grad_norm = torch::nn::utils::clip_grad_norm_(
       m.params, m.cfg.grad_clip > 0 ? m.cfg.grad_clip : std::numeric_limits<double>::infinity());
-  for (auto& group : m.opt->param_groups())
-    static_cast<torch::optim::AdamWOptions&>(group.options()).lr(st.lr);
-  m.opt->step();
+  m.opt->step(st.lr, m.cfg.muon_lr * st.lr / m.cfg.lr);
   ++m.step;
 
   if (norm > 0) {
     st.ce /= norm;
     st.l1 /= norm;
     st.bce /= norm;
+    st.kl /= norm;
   }
-  st.loss = m.cfg.loss.w_ce * st.ce + m.cfg.loss.w_l1 * st.l1 + m.cfg.loss.w_bce * st.bce;
+  st.loss = total_loss(m.cfg.loss, st.ce, st.l1, st.bce, st.kl);
   st.step = m.step;
   st.anchors = n_anchors;
   st.sequences = static_cast<int64_t>(groups.size());
@@ -698,13 +773,46 @@ EvalStats Trainer::evaluate() {
     ev.ce = a.ce / a.weight_sum;
     ev.l1 = a.l1 / a.weight_sum;
     ev.bce = a.bce / a.weight_sum;
-    ev.loss = m.cfg.loss.w_ce * ev.ce + m.cfg.loss.w_l1 * ev.l1 + m.cfg.loss.w_bce * ev.bce;
+    ev.kl = a.kl / a.weight_sum;
+    ev.loss = total_loss(m.cfg.loss, ev.ce, ev.l1, ev.bce, ev.kl);
   }
   ev.seconds = since(t0);
   return ev;
 }
 
 void Trainer::save_checkpoint() { impl_->save(); }
+
+int64_t Trainer::fill_feature_cache() {
+  Impl& m = *impl_;
+  if (!m.disk) throw InvalidArgument("train: filling the feature cache needs a cache directory (--feature-cache-dir)");
+  const bool talk = m.cfg.progress != Progress::None;
+  int64_t computed = 0, tokens = 0;
+  double seconds = 0;
+  const auto t0 = Clock::now();
+  // Every sequence with an anchor, the held-out ones too: a later run with
+  // another split seed trains on them.
+  std::vector<size_t> all;
+  for (size_t i = 0; i < m.data.sequences.size(); ++i)
+    if (!eligible_anchors(m.mask(i)).empty()) all.push_back(i);
+  for (size_t k = 0; k < all.size(); ++k) {
+    const size_t i = all[k];
+    if (m.disk->get(i, m.tokens(i))) continue;
+    const auto t1 = Clock::now();
+    m.disk->put(i, m.tokens(i), m.run_target(i));
+    seconds += since(t1);
+    tokens += static_cast<int64_t>(m.tokens(i).size());
+    ++computed;
+    if (talk && (computed % 64 == 0 || k + 1 == all.size()))
+      std::fprintf(stderr, "feature cache: %zu/%zu sequences, %lld computed (%.0f tok/s)\n", k + 1,
+                   all.size(), static_cast<long long>(computed),
+                   static_cast<double>(tokens) / std::max(seconds, 1e-9));
+  }
+  if (talk)
+    std::fprintf(stderr, "feature cache %s: %lld sequences computed, %zu already there, %.0f s\n",
+                 m.cfg.feature_cache_dir.c_str(), static_cast<long long>(computed),
+                 all.size() - static_cast<size_t>(computed), since(t0));
+  return computed;
+}
 
 EvalStats Trainer::run() {
   Impl& m = *impl_;
@@ -727,6 +835,7 @@ EvalStats Trainer::run() {
                         {"ce", e.ce},
                         {"l1", e.l1},
                         {"bce", e.bce},
+                        {"kl", e.kl},
                         {"tau_greedy", a.mean_tau_greedy()},
                         {"tau_sample", a.mean_tau_sample()},
                         {"acceptance_by_position", a.acceptance_by_position()},
@@ -773,6 +882,7 @@ EvalStats Trainer::run() {
     acc.ce += s.ce;
     acc.l1 += s.l1;
     acc.bce += s.bce;
+    acc.kl += s.kl;
     ++acc_n;
     const double el = since(t_start);
     const double sps = static_cast<double>(m.step - first) / std::max(el, 1e-9);
@@ -789,6 +899,7 @@ EvalStats Trainer::run() {
                 {"ce", acc.ce / n},
                 {"l1", acc.l1 / n},
                 {"bce", acc.bce / n},
+                {"kl", acc.kl / n},
                 {"lr", s.lr},
                 {"grad_norm", s.grad_norm},
                 {"steps_per_s", sps},

@@ -35,7 +35,11 @@ void save_drafter(const Drafter& drafter, const std::string& dir, bool bf16 = tr
 /// "dflash" (no sequential head; missing Markov/confidence tensors start at
 /// their initial values) load; a dspark.json without "variant" is an obsolete
 /// format and is refused with a message saying how to retrain. Throws
-/// dspark::FormatError naming the file and key for any malformed content.
+/// dspark::FormatError naming the file and key for any malformed content:
+/// among others a non-integer integer field (gamma 7.5, a draft-vocabulary
+/// id 17.5), and a seq_head that is "none" or missing while the weights hold
+/// a sequential head (its own tensors, or a non-zero markov_w2.weight), so
+/// that a drafter never loads as a weaker one than it is.
 Drafter load_drafter(const std::string& dir);
 
 /// Refuses a drafter built for another target: throws dspark::InvalidArgument

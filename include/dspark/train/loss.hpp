@@ -37,15 +37,22 @@
 
 namespace dspark::train {
 
-/// Loss weights and position decay. Defaults: the reference code's values.
+/// Loss weights and position decay. Defaults: DSpark's recipe (DeepSpec's
+/// config/dspark: 0.1·CE + 0.9·TV-term + 1.0·confidence, w_j = exp(−j/4));
+/// its "total variation" term is the L1 distance Σ_v |p^d − p^t| here.
 struct LossOptions {
   double w_ce = 0.1;          // cross-entropy against the data token
-  double w_l1 = 0.9;          // Σ_v |p^d − p^t| (twice the total variation)
+  double w_l1 = 0.9;          // Σ_v |p^d − p^t| (twice the total variation distance)
   double w_bce = 1.0;         // confidence head vs c* = clamp(1 − ½·L1, 0, 1)
-  double gamma_decay = 4.0;   // w_j = exp(−j / gamma_decay), j 0-based
+  /// w_j = exp(−j / gamma_decay), j 0-based (slot j is draft position k = j+1,
+  /// so exp(−(k−1)/gamma_decay)); 0: every position weighs 1.
+  double gamma_decay = 4.0;
   /// On CPU tensors, the fused cross-entropy/L1 kernel; false: ATen ops only,
   /// as on any other device (same values, same gradients to rounding).
   bool kernels = true;
+  /// Forward KL(p^t ‖ p^d) = Σ_v p^t_v (log p^t_v − log p^d_v), the
+  /// distillation alternative to the L1 term (0: not computed).
+  double w_kl = 0.0;
 };
 
 /// Positions eligible as anchors: p >= 1, p + 1 < L, loss_mask[p] and
@@ -123,10 +130,11 @@ at::Tensor target_probs_sub(const at::Tensor& final_hidden, const at::Tensor& he
 
 /// The loss of one group of anchors.
 struct LossTerms {
-  at::Tensor total;    // scalar: (w_ce·ΣCE + w_l1·ΣL1 + w_bce·ΣBCE) / normalizer (differentiable)
+  at::Tensor total;    // scalar: (w_ce·ΣCE + w_l1·ΣL1 + w_bce·ΣBCE + w_kl·ΣKL) / normalizer (differentiable)
   double ce = 0;       // Σ_slots w_j·valid·CE_j   (sums, divide by weight_sum for the mean)
   double l1 = 0;       // Σ_slots w_j·valid·L1_j
   double bce = 0;      // Σ_slots w_j·valid·BCE_j
+  double kl = 0;       // Σ_slots w_j·valid·KL_j (0 unless w_kl > 0)
   double weight_sum = 0;  // Σ_slots w_j·valid
   at::Tensor c_star;   // [N, γ] the confidence labels used (detached)
   at::Tensor l1_slot;  // [N, γ] L1_j per slot (detached)
@@ -141,6 +149,7 @@ double slot_weight_sum(const at::Tensor& valid, double gamma_decay);
 ///   L1_j  = Σ_v |softmax(logits_j)(v) − p^t_j(v)|
 ///   c*_j  = clamp(1 − ½·L1_j, 0, 1) (no gradient)
 ///   BCE_j = BCE-with-logits(z_j, c*_j)
+///   KL_j  = Σ_v p^t_j(v) (log p^t_j(v) − log softmax(logits_j)(v))  (only when w_kl > 0)
 /// each weighted by w_j·valid_j and divided by `normalizer` (> 0; pass the
 /// batch's total slot_weight_sum so that summing the totals of all groups
 /// gives the w-weighted mean over the batch; <= 0 means this group's own
@@ -157,7 +166,11 @@ double slot_weight_sum(const at::Tensor& valid, double gamma_decay);
 ///           drafter cannot propose that token) but keeps its L1 and BCE
 ///           terms, its weight in weight_sum and its validity for the slots
 ///           after it (the target may still accept a different proposal);
-///   L1_j  = Σ_{v∈D} |softmax(logits_j)(v) − p_j(v)| + max(0, 1 − Σ_{v∈D} p_j(v)).
+///   L1_j  = Σ_{v∈D} |softmax(logits_j)(v) − p_j(v)| + max(0, 1 − Σ_{v∈D} p_j(v));
+///   KL_j  = Σ_{v∈D} p_j(v) (log p_j(v) − log softmax(logits_j)(v)): the target
+///           mass outside D (where q = 0, an infinite but constant part of
+///           the true KL) is left out; its gradient, q·Σ_{v∈D} p_j(v) − p_j,
+///           is the true KL's.
 /// Throws InvalidArgument on shape mismatches or labels outside the logits'
 /// rows.
 LossTerms dspark_loss(const GraphOut& out, const at::Tensor& p_target, const SlotTargets& t,
@@ -171,7 +184,7 @@ struct AcceptanceStats {
   double tau_sample = 0;   // Σ over anchors of 1 + Σ_k Π_{i≤k} c*_i·valid_i  (expected, T = 1)
   std::vector<int64_t> reached;   // [γ] anchors whose greedy prefix reached slot k
   std::vector<int64_t> accepted;  // [γ] ... and accepted it
-  double ce = 0, l1 = 0, bce = 0, weight_sum = 0;  // LossTerms sums, for the mean eval loss terms
+  double ce = 0, l1 = 0, bce = 0, kl = 0, weight_sum = 0;  // LossTerms sums, for the mean eval loss terms
 
   /// Mean τ estimates (0 when no anchors).
   double mean_tau_greedy() const { return anchors ? tau_greedy / anchors : 0; }

@@ -3,16 +3,19 @@
 //
 // Each step draws `batch` anchors: sequences are visited in a seeded random
 // order (a new permutation per epoch), and up to `anchors_per_seq` anchors are
-// sampled from each (see sample_anchors). For every visited sequence the
+// sampled from each (see sample_anchors): a new random draw at every visit,
+// i.e. every epoch (AnchorDraw::Redraw, from the trainer's checkpointed RNG),
+// or the same draw every epoch (AnchorDraw::Fixed, seeded by the sequence). For every visited sequence the
 // target is run once over its tokens with hidden-state taps (context features
 // and the final-normed hidden, from which the target distributions come;
 // see below for keeping them). The drafter's teacher-forced forward
 // (DrafterGraph) and the DSpark loss (Eq. 9-12) are evaluated per sequence and
 // back-propagated, normalized by the batch's total position weight, so the
 // step's gradient is that of the w-weighted mean over the whole batch. Then:
-// global gradient-norm clipping, AdamW (fp32 master weights; target,
-// embedding and LM head frozen), learning rate with linear warmup and cosine
-// decay to 0.
+// global gradient-norm clipping, AdamW or Muon for the hidden matrices and
+// AdamW for the rest (optimizer.hpp; fp32 master weights; target, embedding
+// and LM head frozen), learning rate with linear warmup and cosine decay to 0
+// (Muon's learning rate follows the same schedule, scaled to muon_lr).
 //
 // A drafter with a draft vocabulary (DrafterConfig::draft_vocab) is trained
 // and evaluated on exactly the distribution it drafts from: logits over the
@@ -32,12 +35,12 @@
 //                                             generate/bench), rewritten at
 //                                             every checkpoint and at the end
 //   OUT/checkpoints/step-NNNNNNNN/           fp32 drafter (save_drafter),
-//        optimizer.pt                        AdamW state (torch serialization)
+//        optimizer.pt                        optimizer state (torch serialization)
 //        trainer_state.json                  step, data order, RNG, config
 //   OUT/checkpoints/latest.json              {"step", "dir"}: written last and
 //                                             atomically; resume reads it
 //   OUT/metrics.jsonl                        one JSON object per logged step
-//        (step, loss, ce, l1, bce, lr, grad_norm, steps_per_s, anchors_per_s,
+//        (step, loss, ce, l1, bce, kl, lr, grad_norm, steps_per_s, anchors_per_s,
 //        target_tokens_per_s, target_time_share) or evaluation (eval_step,
 //        loss terms, tau_greedy, tau_sample, acceptance_by_position, ...)
 // Every file is replaced atomically, and a checkpoint becomes visible only
@@ -55,8 +58,18 @@
 #include "dspark/model/target.hpp"
 #include "dspark/speculative/drafter.hpp"
 #include "dspark/train/loss.hpp"
+#include "dspark/train/optimizer.hpp"
 
 namespace dspark::train {
+
+/// How the anchors of a sequence are chosen at each visit (one per epoch).
+enum class AnchorDraw {
+  Redraw,  // a new random draw every visit (DSpark's recipe: random anchors re-drawn each epoch)
+  Fixed,   // one random draw per sequence (seeded by seed and sequence), reused every epoch
+};
+std::string to_string(AnchorDraw a);
+/// "redraw" | "fixed"; throws InvalidArgument otherwise.
+AnchorDraw parse_anchor_draw(const std::string& s);
 
 /// How progress is printed (to stderr).
 enum class Progress {
@@ -76,14 +89,26 @@ struct TrainConfig {
   /// applies to an init drafter that has none; an init or resumed drafter
   /// with a different draft vocabulary is refused (InvalidArgument).
   DrafterConfig drafter;
+  /// With init_drafter: grow it to this many draft layers (> its own; 0:
+  /// keep). The new layers come after the existing ones, with their output
+  /// projections (attn_output, ffn_down) at zero, so the grown drafter starts
+  /// as exactly the init drafter (see grow_drafter).
+  int grow_layers = 0;
   int64_t steps = 1000;        // optimizer steps in total
   int batch = 64;              // anchors per step
   int anchors_per_seq = 32;    // at most this many anchors from one sequence per step
   double lr = 6e-4;            // peak learning rate
   double warmup = 0.04;        // fraction of steps with linear warmup
-  double weight_decay = 0.0;   // AdamW decoupled weight decay
+  double weight_decay = 0.0;   // decoupled weight decay (AdamW and Muon)
   double grad_clip = 1.0;      // max global gradient L2 norm (<= 0: no clipping)
   double adam_beta1 = 0.9, adam_beta2 = 0.999, adam_eps = 1e-8;
+  /// AdamW for every parameter, or Muon for the hidden matrices
+  /// (is_muon_param) and AdamW (lr) for the rest.
+  OptimizerKind optimizer = OptimizerKind::AdamW;
+  double muon_lr = 0.02;       // Muon's peak learning rate (same warmup and decay as lr)
+  double muon_momentum = 0.95;
+  MuonLrScale muon_lr_scale = MuonLrScale::Original;
+  AnchorDraw anchors = AnchorDraw::Redraw;
   int64_t save_every = 500;    // checkpoint period in steps (0: only at the end)
   int64_t eval_every = 250;    // evaluation period in steps (0: only at the end)
   int64_t log_every = 10;      // Lines mode / metrics.jsonl period
@@ -97,6 +122,8 @@ struct TrainConfig {
   int eval_max_sequences = 16; // cap on held-out sequences
   int eval_anchors_per_seq = 32;
   int64_t max_len = 0;         // truncate sequences to this many tokens (0: the target's context)
+  // (anchors, optimizer, seed, batch, anchors_per_seq, the split and max_len
+  // must not change on --resume.)
   int64_t feature_cache_mb = 0;  // keep target features of up to this many MiB in memory
   std::string feature_cache_dir;  // also keep them on disk there (DiskFeatureCache; "" = no)
   MatmulPrecision precision = MatmulPrecision::BFloat16;
@@ -129,6 +156,15 @@ struct TrainConfig {
 /// and dspark::Error for CUDA when this build or machine has none.
 at::Device train_device(const TrainConfig& cfg);
 
+/// The init drafter `d` with n_layers draft layers (> its own): layers
+/// 0..n-1 keep their parameters, the new ones are initialized as
+/// Drafter::init(…, seed) would, except their output projections
+/// (layers.i.attn_output.weight, layers.i.ffn_down.weight), which are zero,
+/// so the new layers add nothing to the residual stream and the grown
+/// drafter computes exactly what `d` computes until training moves them.
+/// Throws InvalidArgument when n_layers is not above d's.
+Drafter grow_drafter(const Drafter& d, int n_layers, uint64_t seed);
+
 /// Learning rate of step `step` (0-based): linear warmup over
 /// ceil(warmup·steps) steps from lr/warm to lr, then cosine decay towards 0
 /// at `steps`.
@@ -138,8 +174,8 @@ double lr_at(const TrainConfig& cfg, int64_t step);
 struct StepStats {
   int64_t step = 0;        // steps completed after this one
   double loss = 0;         // w-weighted mean total loss of the batch
-  double ce = 0, l1 = 0, bce = 0;  // w-weighted means of each term
-  double lr = 0;           // learning rate used
+  double ce = 0, l1 = 0, bce = 0, kl = 0;  // w-weighted means of each term
+  double lr = 0;           // learning rate used (AdamW; Muon's is lr·muon_lr/cfg.lr)
   double grad_norm = 0;    // global norm before clipping
   int64_t anchors = 0;     // anchors in the batch
   int64_t sequences = 0;   // sequences visited
@@ -147,12 +183,18 @@ struct StepStats {
   double valid_slots = 0;  // supervised slots
   double seconds = 0;      // wall time of the step
   double target_seconds = 0;  // ... spent in the target forward (features)
+  /// The batch: each visited sequence (data set index) and its anchors.
+  struct Group {
+    size_t sequence = 0;
+    std::vector<int64_t> anchors;
+  };
+  std::vector<Group> groups;
 };
 
 /// Evaluation on the held-out split.
 struct EvalStats {
   AcceptanceStats acceptance;
-  double loss = 0, ce = 0, l1 = 0, bce = 0;  // w-weighted means
+  double loss = 0, ce = 0, l1 = 0, bce = 0, kl = 0;  // w-weighted means
   int64_t sequences = 0;
   bool held_out = true;    // false: no sequence was held out, the training split was used
   double seconds = 0;
@@ -178,12 +220,21 @@ class Trainer {
   EvalStats evaluate();
   /// Writes a checkpoint for the current step and the bf16 export in out_dir.
   void save_checkpoint();
+  /// Computes the target features of every sequence with an anchor (held-out
+  /// ones too: another split trains on them) not yet in the disk feature
+  /// cache (cfg.feature_cache_dir) and stores them; returns the number of
+  /// sequences computed. Rebuilds the cache a later run reads
+  /// instead of running the target. Throws InvalidArgument without a cache
+  /// directory.
+  int64_t fill_feature_cache();
   /// Runs steps until cfg.steps with progress output, periodic evaluation and
   /// checkpoints, then evaluates, checkpoints and exports. Returns the last
   /// evaluation.
   EvalStats run();
 
   int64_t steps_done() const;
+  /// Epoch of the next sequence visit (0-based; a pass over the training split each).
+  int64_t epoch() const;
   const TrainConfig& config() const;
   /// The drafter being trained (parameters require gradients; call
   /// Drafter::bind before using it for inference).

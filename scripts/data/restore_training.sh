@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Puts back on a fresh machine what a training run needs, in one command:
+#
+#   scripts/data/restore_training.sh [NAME] [MODEL]     # default: smollm2-v1 smollm2
+#
+# 1. the regenerated token data: unpacked from data/regen/NAME.tar.xz (kept in
+#    the repository by scripts/data/pack_regen.sh) into
+#    $DSPARK_HOME/data/regen/NAME; when the repository has no archive, it is
+#    regenerated with the command that made it (REGEN_ARGS; hours of CPU);
+# 2. the target features of every sequence in the disk feature cache
+#    $DSPARK_HOME/cache/NAME (`dspark train --fill-feature-cache`, for the
+#    taps and draft vocabulary of the drafter INIT, default drafters/smollm2),
+#    so that later passes never run the target.
+#
+# 3. with RUN=ARCHIVE (written by scripts/data/pack_run.sh): the run's
+#    latest checkpoint (weights, optimizer state, data position) unpacked
+#    into $DSPARK_HOME/train/, and the `dspark train --resume` command that
+#    continues it printed (scripts/data/resume_command.py). The trainer
+#    refuses to resume on data other than the run's (by their fingerprint).
+#
+# Environment: DSPARK (default build/dspark), DSPARK_HOME (default
+# ~/.cache/dspark), INIT, THREADS (default 2), PROMPTS and REGEN_ARGS (for
+# step 1 without an archive), SKIP_FEATURES=1 to skip step 2, RUN.
+# Every step is resumable and skips what is already there.
+set -euo pipefail
+REPO="$(cd "$(dirname "$0")/../.." && pwd)"
+NAME="${1:-smollm2-v1}"
+MODEL="${2:-smollm2}"
+DSPARK="${DSPARK:-$REPO/build/dspark}"
+HOME_DIR="${DSPARK_HOME:-$HOME/.cache/dspark}"
+INIT="${INIT:-$REPO/drafters/smollm2}"
+THREADS="${THREADS:-2}"
+PROMPTS="${PROMPTS:-$REPO/data/train-prompts/prompts.jsonl}"
+REGEN_ARGS="${REGEN_ARGS:--n 256 --batch 32 --seed 0}"
+DATA="$HOME_DIR/data/regen/$NAME"
+ARCHIVE="$REPO/data/regen/$NAME.tar.xz"
+
+if [[ -f "$DATA/manifest.json" ]]; then
+  echo "data: $DATA already there"
+elif [[ -f "$ARCHIVE" ]]; then
+  mkdir -p "$(dirname "$DATA")"
+  tar -xJf "$ARCHIVE" -C "$(dirname "$DATA")"
+  echo "data: unpacked $ARCHIVE into $DATA"
+else
+  echo "data: no $ARCHIVE; regenerating (resumable; hours of CPU): dspark regen $REGEN_ARGS"
+  # shellcheck disable=SC2086
+  "$DSPARK" regen -m "$MODEL" --prompts "$PROMPTS" --out "$DATA" $REGEN_ARGS -t "$THREADS"
+fi
+
+if [[ "${SKIP_FEATURES:-0}" != 1 ]]; then
+  scratch="$(mktemp -d)"
+  trap 'rm -rf "$scratch"' EXIT
+  "$DSPARK" train -m "$MODEL" --data "$DATA" --init "$INIT" --out "$scratch/out" \
+    --feature-cache-dir "$HOME_DIR/cache/$NAME" --fill-feature-cache -t "$THREADS"
+fi
+
+if [[ -n "${RUN:-}" ]]; then
+  run_name="$(tar -tJf "$RUN" | awk -F/ 'NR == 1 { print $1 }')"  # reads it all: no SIGPIPE
+  mkdir -p "$HOME_DIR/train"
+  if [[ -f "$HOME_DIR/train/$run_name/checkpoints/latest.json" ]]; then
+    echo "run: $HOME_DIR/train/$run_name already there (not overwritten)"
+  else
+    tar -xJf "$RUN" -C "$HOME_DIR/train"
+    echo "run: unpacked $RUN into $HOME_DIR/train/$run_name"
+  fi
+  echo "continue it with:"
+  DSPARK_HOME="$HOME_DIR" python3 "$REPO/scripts/data/resume_command.py" "$HOME_DIR/train/$run_name" \
+    --data "$DATA" --dspark "$DSPARK" -m "$MODEL"
+fi
