@@ -16,6 +16,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <optional>
 #include <random>
 #include <regex>
 #include <set>
@@ -27,6 +29,7 @@
 #include "dspark/model/loaded_model.hpp"
 #include "dspark/serve/api.hpp"
 #include "dspark/serve/engine.hpp"
+#include "dspark/serve/request_checks.hpp"
 #include "dspark/serve/stop_matcher.hpp"
 #include "dspark/speculative/drafter.hpp"
 #include "dspark/speculative/generate.hpp"
@@ -220,6 +223,61 @@ TEST(ServeApi, RejectsBadRequestsNamingTheField) {
   EXPECT_EQ(error_param(R"({"messages": [3]})", chat), "messages");
 }
 
+// ---- request checks shared by the CLI, the server and Python -------------------------
+
+// The message of the InvalidArgument that `f` throws ("" when none).
+template <typename F>
+std::string check_error(F&& f) {
+  return test::message_of<InvalidArgument>(std::forward<F>(f));
+}
+
+TEST(RequestChecks, TopKMinusOneAndZeroDisable) {
+  EXPECT_EQ(top_k_value(-1, "top_k"), 0);
+  EXPECT_EQ(top_k_value(0, "top_k"), 0);
+  EXPECT_EQ(top_k_value(40, "top_k"), 40);
+  EXPECT_EQ(top_k_value(int64_t{1} << 40, "top_k"), std::numeric_limits<int>::max());
+  EXPECT_EQ(check_error([] { top_k_value(-2, "--top-k"); }),
+            "--top-k: expected -1 or 0 (disabled) or a positive integer, got -2");
+}
+
+TEST(RequestChecks, SeedsBeyond2To64AreRefusedNotWrapped) {
+  EXPECT_EQ(seed_value("0", "seed"), uint64_t{0});
+  EXPECT_EQ(seed_value("18446744073709551615", "seed"), std::numeric_limits<uint64_t>::max());
+  EXPECT_EQ(seed_value("-1", "seed"), std::nullopt);
+  for (const char* bad : {"18446744073709551616", "18446744073709551617", "-2", "", "1e3", " 1", "0x10"})
+    EXPECT_EQ(check_error([&] { seed_value(bad, "seed"); }),
+              std::string("seed: expected -1 (a random seed) or an integer in [0, 2^64), got '") + bad + "'")
+        << bad;
+  // The server reads the JSON number with its full value: 2^64 - 1 is that
+  // seed (it used to be clamped to 2^63 - 1), 2^64 + 1 is refused (it used
+  // to become seed 1 in Python).
+  const ApiRequest top = parse_request(R"({"prompt": "x", "seed": 18446744073709551615})", Endpoint::Completions, {});
+  EXPECT_EQ(top.sampling.seed, std::numeric_limits<uint64_t>::max());
+  EXPECT_EQ(error_param(R"({"prompt": "x", "seed": 18446744073709551617})"), "seed");
+  EXPECT_EQ(error_param(R"({"prompt": "x", "seed": 1.5})"), "seed");
+  EXPECT_EQ(parse_request(R"({"prompt": "x", "seed": 7.0})", Endpoint::Completions, {}).sampling.seed, 7u);
+}
+
+TEST(RequestChecks, StopListsAndMaxTokens) {
+  EXPECT_EQ(stop_strings({"a", "", "b"}, "stop"), (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(stop_strings(std::vector<std::string>(16, "x"), "stop").size(), 16u);
+  EXPECT_EQ(check_error([] { stop_strings(std::vector<std::string>(20, "x"), "stop"); }),
+            "stop: expected at most 16 stop strings, got 20");
+  EXPECT_EQ(error_param(R"({"prompt": "x", "stop": ["1","2","3","4","5","6","7","8","9","10","11","12","13","14","15","16","17"]})"),
+            "stop");
+  EXPECT_NO_THROW(check_max_tokens(8, 8, 16, "max_tokens"));
+  EXPECT_EQ(check_error([] { check_max_tokens(9, 8, 16, "max_tokens"); }),
+            "max_tokens: prompt (8 tokens) + max_tokens (9) exceeds the context length (16)");
+  EXPECT_NE(check_error([] { check_max_tokens(int64_t{1000000000000}, 8, 8192, "max_tokens"); }), "");
+  EXPECT_NE(check_error([] { check_max_tokens(std::numeric_limits<int64_t>::max(), 8, 8192, "max_tokens"); }), "");
+  EXPECT_EQ(check_error([] { check_max_tokens(0, 8, 16, "max_tokens"); }),
+            "max_tokens: expected a positive integer, got 0");
+  EXPECT_EQ(check_error([] { check_prompt_length(0, 16, "prompt"); }),
+            "prompt: the prompt is empty (expected at least one token)");
+  EXPECT_NE(check_error([] { check_prompt_length(16, 16, "prompt"); }), "");
+  EXPECT_NO_THROW(check_prompt_length(15, 16, "prompt"));
+}
+
 TEST(ServeApi, ResponseShapes) {
   RequestOutcome o;
   o.reason = FinishReason::Stop;
@@ -287,13 +345,19 @@ class ServeEngine : public ::testing::Test {
   static std::vector<TokenId> prompt(int i) {
     return model_->tokenizer->encode("the prompt number " + std::to_string(i) + " says hello", false);
   }
+  // The text a request of these tokens delivers: streamed, a character the
+  // last token leaves unfinished dropped.
+  static std::string text_of(const std::vector<TokenId>& tokens) {
+    tok::StreamDecoder d(*model_->tokenizer);
+    std::string text;
+    for (TokenId t : tokens) text += d.push(t);
+    d.finish();
+    return text;
+  }
   // Plain single-request decoding: tokens and their streamed text.
   static std::pair<std::vector<TokenId>, std::string> alone(const std::vector<TokenId>& p, int64_t n) {
     const GenerateResult r = generate_plain(*model_->target, p, greedy(n));
-    tok::StreamDecoder d(*model_->tokenizer);
-    std::string text;
-    for (TokenId t : r.tokens) text += d.push(t);
-    return {r.tokens, text + d.flush()};
+    return {r.tokens, text_of(r.tokens)};
   }
 
   static test::TempDir* tmp_;
@@ -366,10 +430,8 @@ TEST_F(ServeEngine, SeededSamplingIsTheSameTogetherAsAlone) {
     for (int i = 0; i < 6; ++i) {
       const std::string text = reqs[i]->wait();
       const GenerateResult ref = generate_plain(*model_->target, prompt(i % 2), sampled(12, 1000 + i));
-      tok::StreamDecoder dec(*model_->tokenizer);
-      std::string expected;
-      for (TokenId t : ref.tokens) expected += dec.push(t);
-      EXPECT_EQ(text, expected + dec.flush()) << "request " << i << (d ? " speculative" : " plain");
+      const std::string expected = text_of(ref.tokens);
+      EXPECT_EQ(text, expected) << "request " << i << (d ? " speculative" : " plain");
       texts.insert(text);
     }
     EXPECT_EQ(texts.size(), 6u);  // distinct seeds, distinct texts
@@ -422,10 +484,8 @@ TEST_F(ServeEngine, LongPromptIsPrefilledInChunksBetweenOtherSteps) {
   const std::string slow_text = slow->wait();
   GenerateOptions g = greedy(4, false);
   const GenerateResult ref = generate_plain(*model_->target, long_prompt, g);
-  tok::StreamDecoder dec(*model_->tokenizer);
-  std::string expected;
-  for (TokenId t : ref.tokens) expected += dec.push(t);
-  EXPECT_EQ(slow_text, expected + dec.flush());
+  const std::string expected = text_of(ref.tokens);
+  EXPECT_EQ(slow_text, expected);
   // 200 prompt tokens at most 8 row equivalents per step: at least 25 steps.
   EXPECT_GE(engine.load().steps, 25);
 }
@@ -474,11 +534,29 @@ TEST_F(ServeEngine, CancelFreesTheSlot) {
   EXPECT_LT(a->outcome().completion_tokens, 200);
   auto plain = greedy(5, false);
   const GenerateResult ref = generate_plain(*model_->target, prompt(2), plain);
-  tok::StreamDecoder dec(*model_->tokenizer);
-  std::string expected;
-  for (TokenId t : ref.tokens) expected += dec.push(t);
-  EXPECT_EQ(b->wait(), expected + dec.flush());
+  const std::string expected = text_of(ref.tokens);
+  EXPECT_EQ(b->wait(), expected);
   EXPECT_EQ(b->outcome().completion_tokens, 5);
+}
+
+TEST_F(ServeEngine, UnreadRequestIsCancelledAndFreesItsSlot) {
+  // A request whose text nobody takes (a stream iterator still referenced
+  // but no longer consumed) is cancelled and frees the one slot; the next
+  // request, whose reader is blocked in wait(), is not cancelled however long
+  // its text waits there.
+  EngineOptions eo;
+  eo.parallel = 1;
+  eo.unread_timeout = 20ms;
+  Engine engine(*model_->target, *model_->tokenizer, nullptr, eo);
+  auto abandoned = engine.submit(prompt(1), greedy(240, false), {});
+  auto read = engine.submit(prompt(2), greedy(30, false), {});  // queued behind it
+  EXPECT_EQ(read->wait(), alone(prompt(2), 30).second);
+  EXPECT_EQ(read->outcome().reason, FinishReason::Length);
+  EXPECT_EQ(engine.load().active, 0);
+  abandoned->wait();
+  EXPECT_EQ(abandoned->outcome().reason, FinishReason::Cancelled);
+  EXPECT_NE(abandoned->outcome().error.find("not read"), std::string::npos) << abandoned->outcome().error;
+  EXPECT_LT(abandoned->outcome().completion_tokens, 240);
 }
 
 TEST_F(ServeEngine, ShutdownEndsEveryRequest) {

@@ -40,6 +40,9 @@ class ServeCommand : public Command {
                      "model, if any), 'measure' (profile at startup), 'none' (verify every drafted "
                      "position) or a profile file")
         ->capture_default_str();
+    app_->add_option("-a,--alias", alias_,
+                     "the model's name in responses and /v1/models (default: the -m value's file stem, which "
+                     "for an alias such as smollm2 is the alias)");
     app_->add_option("--http-threads", http_threads_, "HTTP worker threads (0: 4 x parallel + 16)")
         ->check(CLI::Range(0, 4096));
     add_sampling_options(*app_, sampling_);
@@ -131,8 +134,9 @@ class ServeCommand : public Command {
     return prof.sps;
   }
 
-  // The -m value's file stem ("smollm2", "SmolLM2-135M-Instruct.Q4_1").
+  // --alias, else the -m value's file stem ("smollm2", "SmolLM2-135M-Instruct.Q4_1").
   std::string model_name() const {
+    if (!alias_.empty()) return alias_;
     std::string stem = std::filesystem::path(model_.model).filename().string();
     if (stem.size() > 5 && stem.ends_with(".gguf")) stem.resize(stem.size() - 5);
     return stem.empty() ? "dspark" : stem;
@@ -149,6 +153,7 @@ class ServeCommand : public Command {
   int parallel_ = 8;
   int64_t n_predict_ = 256;
   std::string sps_ = "auto";
+  std::string alias_;
   int http_threads_ = 0;
 };
 

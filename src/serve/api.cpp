@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include "dspark/serve/request_checks.hpp"
+
 namespace dspark::serve {
 
 namespace {
@@ -53,6 +55,32 @@ std::optional<bool> get_bool(const json& j, const char* key) {
   return v->get<bool>();
 }
 
+// Runs a shared check (request_checks.hpp), reporting its InvalidArgument as
+// a RequestError for `param`.
+template <typename F>
+auto checked(const char* param, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const RequestError&) {
+    throw;
+  } catch (const InvalidArgument& e) {
+    throw RequestError(e.what(), param);
+  }
+}
+
+// The decimal text of an integer-valued JSON number (a seed beyond 2^64
+// arrives as a float and keeps its written value, so the check refuses it).
+std::string integer_text(const json& v, const char* key) {
+  if (v.is_number_unsigned()) return std::to_string(v.get<uint64_t>());
+  if (v.is_number_integer()) return std::to_string(v.get<int64_t>());
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.0e15) return std::to_string(static_cast<int64_t>(d));
+    return v.dump();
+  }
+  wrong_type(key, "an integer", v);
+}
+
 std::string num(double x) {
   json j = x;
   return j.dump();
@@ -93,7 +121,6 @@ std::vector<std::string> parse_stop(const json& j) {
   if (v->is_string()) {
     out.push_back(v->get<std::string>());
   } else if (v->is_array()) {
-    if (v->size() > 16) throw RequestError("'stop' may hold at most 16 strings", "stop");
     for (const json& s : *v) {
       if (!s.is_string()) throw RequestError("'stop' must be a string or an array of strings", "stop");
       out.push_back(s.get<std::string>());
@@ -101,8 +128,7 @@ std::vector<std::string> parse_stop(const json& j) {
   } else {
     wrong_type("stop", "a string or an array of strings", *v);
   }
-  std::erase_if(out, [](const std::string& s) { return s.empty(); });
-  return out;
+  return checked("stop", [&] { return stop_strings(std::move(out), "stop"); });
 }
 
 }  // namespace
@@ -151,18 +177,15 @@ ApiRequest parse_request(std::string_view body, Endpoint endpoint, const Samplin
     if (!(*p > 0 && *p <= 1)) throw RequestError("'top_p' must be in (0, 1], got " + num(*p), "top_p");
     r.sampling.top_p = static_cast<float>(*p);
   }
-  if (auto k = get_int(j, "top_k")) {
-    if (*k < -1) throw RequestError("'top_k' must be >= -1 (0 or -1: disabled), got " + std::to_string(*k), "top_k");
-    r.sampling.top_k = *k <= 0 ? 0 : static_cast<int>(std::min<int64_t>(*k, std::numeric_limits<int>::max()));
-  }
+  if (auto k = get_int(j, "top_k")) r.sampling.top_k = checked("top_k", [&] { return top_k_value(*k, "top_k"); });
   if (auto p = get_number(j, "min_p")) {
     if (!(*p >= 0 && *p <= 1)) throw RequestError("'min_p' must be in [0, 1], got " + num(*p), "min_p");
     r.sampling.min_p = static_cast<float>(*p);
   }
-  if (auto s = get_int(j, "seed")) {
-    if (*s < -1) throw RequestError("'seed' must be >= 0 (or -1: a random seed), got " + std::to_string(*s), "seed");
-    r.sampling.seed = static_cast<uint64_t>(*s);
-    r.seed_given = *s != -1;
+  if (const json* s = field(j, "seed")) {
+    const std::optional<uint64_t> seed = checked("seed", [&] { return seed_value(integer_text(*s, "seed"), "seed"); });
+    if (seed) r.sampling.seed = *seed;
+    r.seed_given = seed.has_value();
   }
   if (auto n = get_int(j, "n"); n && *n != 1)
     throw RequestError("'n' must be 1 (one choice per request), got " + std::to_string(*n), "n");

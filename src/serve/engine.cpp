@@ -32,15 +32,24 @@ const char* to_string(FinishReason r) {
 
 bool Request::poll(std::string& text, std::chrono::milliseconds timeout) {
   std::unique_lock lk(mu_);
+  ++readers_;
   cv_.wait_for(lk, timeout, [&] { return !text_.empty() || ended_; });
+  --readers_;
   text += text_;
   text_.clear();
   return ended_;
 }
 
+bool Request::unread_since(Clock::time_point now, std::chrono::milliseconds timeout) {
+  std::lock_guard lk(mu_);
+  return readers_ == 0 && !text_.empty() && now - pending_since_ > timeout;
+}
+
 std::string Request::wait() {
   std::unique_lock lk(mu_);
+  ++readers_;
   cv_.wait(lk, [&] { return ended_; });
+  --readers_;
   std::string out;
   out.swap(text_);
   return out;
@@ -49,6 +58,7 @@ std::string Request::wait() {
 void Request::deliver(std::string_view text) {
   {
     std::lock_guard lk(mu_);
+    if (text_.empty()) pending_since_ = Clock::now();
     text_.append(text);
   }
   cv_.notify_all();
@@ -77,6 +87,7 @@ struct Engine::Slot {
   int64_t prompt_len = 0;
   bool failed = false;
   bool shut_down = false;    // cancelled because the engine is stopping
+  bool unread = false;       // cancelled because its text was not taken (EngineOptions::unread_timeout)
   std::string error;
 
   Slot(const tok::Tokenizer& t, std::vector<std::string> stop)
@@ -204,7 +215,13 @@ void Engine::run() {
 
 void Engine::step(std::vector<std::unique_ptr<Slot>>& active) {
   std::vector<SpecSession*> sessions;
+  const auto now = std::chrono::steady_clock::now();
   for (auto& s : active) {
+    if (opts_.unread_timeout.count() > 0 && !s->session->finished() &&
+        s->req->unread_since(now, opts_.unread_timeout)) {
+      s->unread = true;
+      s->session->cancel();
+    }
     if (s->req->cancel_requested()) s->session->cancel();
     if (!s->session->finished() && !s->failed) sessions.push_back(&*s->session);
   }
@@ -232,18 +249,18 @@ void Engine::finish(Slot& slot) {
     o.reason = FinishReason::Error;
     o.error = slot.error;
   } else {
-    if (!slot.matcher.matched()) {
-      try {
-        tail = slot.matcher.push(slot.decoder.flush());
-      } catch (const std::exception&) {
-      }
-      if (!slot.matcher.matched()) tail += slot.matcher.flush();
-    }
+    // A character the last token left unfinished is dropped, not sent as U+FFFD.
+    slot.decoder.finish();
+    if (!slot.matcher.matched()) tail = slot.matcher.flush();
     if (slot.matcher.matched() || res.stopped_by_eog) {
       o.reason = FinishReason::Stop;
     } else if (slot.shut_down) {
       o.reason = FinishReason::Cancelled;
       o.error = "the server is shutting down";
+    } else if (slot.unread) {
+      o.reason = FinishReason::Cancelled;
+      o.error = "cancelled: its output was not read for " + std::to_string(opts_.unread_timeout.count()) +
+                " ms (an abandoned stream)";
     } else if (slot.req->cancel_requested()) {
       o.reason = FinishReason::Cancelled;
       o.error = "cancelled";

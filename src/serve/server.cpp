@@ -43,6 +43,7 @@ void Server::stop() {}
 #include <random>
 
 #include "dspark/serve/api.hpp"
+#include "dspark/serve/request_checks.hpp"
 #include "peer_socket.hpp"
 
 namespace dspark::serve {
@@ -246,17 +247,16 @@ struct Server::Impl {
       const char* prompt_param = ep == Endpoint::Completions ? "prompt" : "messages";
       std::vector<TokenId> prompt = prompt_ids(ar);
       const int64_t n_prompt = static_cast<int64_t>(prompt.size());
-      if (n_prompt == 0) throw RequestError("the prompt is empty", prompt_param);
-      if (n_prompt >= ctx)
-        throw RequestError("the prompt has " + std::to_string(n_prompt) +
-                               " tokens; the context holds " + std::to_string(ctx) +
-                               " (prompt and at least one generated token must fit)",
-                           prompt_param);
-      if (ar.max_tokens && *ar.max_tokens > ctx - n_prompt)  // no overflow for huge max_tokens
-        throw RequestError("prompt (" + std::to_string(n_prompt) + " tokens) + max_tokens (" +
-                               std::to_string(*ar.max_tokens) + ") exceeds the context length (" +
-                               std::to_string(ctx) + ")",
-                           "max_tokens");
+      try {
+        check_prompt_length(n_prompt, ctx, prompt_param);
+      } catch (const InvalidArgument& e) {
+        throw RequestError(e.what(), prompt_param);
+      }
+      try {
+        if (ar.max_tokens) check_max_tokens(*ar.max_tokens, n_prompt, ctx, "max_tokens");
+      } catch (const InvalidArgument& e) {
+        throw RequestError(e.what(), "max_tokens");
+      }
       GenerateOptions g;
       g.n_predict = ar.max_tokens.value_or(std::min(opts.default_max_tokens, ctx - n_prompt));
       g.ctx_size = ctx;

@@ -211,6 +211,25 @@ def streamed_chunks_are_valid_utf8(ctx):
     assert any(ord(ch) > 0x7F for ch in full.choices[0].text), full.choices[0].text
 
 
+@check("full")
+def generation_cut_inside_a_character_drops_it(ctx):
+    # 3 tokens of this answer end after the first bytes of a character: they
+    # are dropped, not sent as U+FFFD (streamed or not); usage counts 3.
+    q = "こんにちは、元気ですか？"
+    r = chat(ctx, q, max_tokens=3)
+    assert r.choices[0].message.content == "こ", r.choices[0].message.content
+    assert r.usage.completion_tokens == 3 and r.choices[0].finish_reason == "length", r
+    pieces = []
+    for ch in ctx.client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": q}], max_tokens=3, temperature=0, stream=True
+    ):
+        for c in ch.choices:
+            if c.delta.content:
+                pieces.append(c.delta.content)
+    assert "".join(pieces) == "こ", pieces
+    assert chat(ctx, q, max_tokens=4).choices[0].message.content.startswith("こん")
+
+
 def two_token_stop(text):
     """A stop string across a word boundary (the pre-tokenizer puts the space
     with the next word, so it spans at least two tokens): 'ab cd' around the

@@ -58,14 +58,21 @@ class Request {
 
  private:
   friend class Engine;
+  using Clock = std::chrono::steady_clock;
   /// Engine side: appends produced text and wakes the waiting reader.
   void deliver(std::string_view text);
   /// Engine side: appends the last text, records the outcome, marks the end.
   void complete(std::string_view tail, RequestOutcome outcome);
+  /// Engine side: true when nobody is blocked in poll() or wait() and
+  /// produced text has waited untaken since before `now - timeout` (the
+  /// reader stopped reading).
+  bool unread_since(Clock::time_point now, std::chrono::milliseconds timeout);
 
   std::mutex mu_;
   std::condition_variable cv_;
   std::string text_;  // produced, not yet taken
+  Clock::time_point pending_since_;  // when text_ last became non-empty
+  int readers_ = 0;                  // threads blocked in poll() or wait()
   bool ended_ = false;
   RequestOutcome outcome_;
   std::atomic<bool> cancel_{false};
@@ -84,6 +91,10 @@ struct EngineOptions {
   /// Chunked prefill budget per step in target-row equivalents (runner.hpp);
   /// 0: every prompt whole in one step.
   int64_t prefill_budget = 0;
+  /// A request whose produced text nobody takes (poll/wait) for this long is
+  /// cancelled, freeing its slot: a stream its consumer abandoned without
+  /// closing it. 0: never.
+  std::chrono::milliseconds unread_timeout{0};
 };
 
 /// Current occupancy, for health reports.
