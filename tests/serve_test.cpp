@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -154,7 +155,8 @@ TEST(ServeApi, ParsesCompletionFields) {
           "seed": 42, "stop": ["a", "", "bc"], "stream": true, "stream_options": {"include_usage": true},
           "logprobs": null, "unknown": {"x": [1, 2]}})",
       Endpoint::Completions, defaults);
-  EXPECT_EQ(r.prompt, "Hi");
+  ASSERT_EQ(r.prompts.size(), 1u);
+  EXPECT_EQ(r.prompts[0][0].text, "Hi");
   EXPECT_EQ(r.max_tokens, 12);
   EXPECT_FLOAT_EQ(r.sampling.temperature, 0.7f);  // the server default
   EXPECT_FLOAT_EQ(r.sampling.top_p, 0.5f);
@@ -191,7 +193,13 @@ TEST(ServeApi, RejectsBadRequestsNamingTheField) {
   EXPECT_EQ(error_param(R"({"prompt": "hi",)"), "");
   EXPECT_EQ(error_param("[1]"), "");
   EXPECT_EQ(error_param(R"({"max_tokens": 3})"), "prompt");
-  EXPECT_EQ(error_param(R"({"prompt": ["a"]})"), "prompt");
+  EXPECT_EQ(error_param(R"({"prompt": []})"), "prompt");
+  EXPECT_EQ(error_param(R"({"prompt": [1.5]})"), "prompt");
+  EXPECT_EQ(error_param(R"({"prompt": [-1]})"), "prompt");
+  EXPECT_EQ(error_param(R"({"prompt": [[1], []]})"), "prompt");
+  EXPECT_EQ(error_param(R"({"prompt": {"text": "a"}})"), "prompt");
+  EXPECT_EQ(error_param(R"({"prompt": "a", "logprobs": true})"), "logprobs");
+  EXPECT_EQ(error_param(R"({"prompt": "a", "logprobs": 21})"), "logprobs");
   EXPECT_EQ(error_param(R"({"prompt": "hi", "model": 3})"), "model");
   EXPECT_EQ(error_param(R"({"prompt": "hi", "max_tokens": "ten"})"), "max_tokens");
   EXPECT_EQ(error_param(R"({"prompt": "hi", "max_tokens": 0})"), "max_tokens");
@@ -220,7 +228,119 @@ TEST(ServeApi, RejectsBadRequestsNamingTheField) {
   EXPECT_EQ(error_param(R"({"messages": [{"role": "tool", "content": "x"}]})", chat), "messages");
   EXPECT_EQ(error_param(R"({"messages": [{"role": "user"}]})", chat), "messages");
   EXPECT_EQ(error_param(R"({"messages": [{"role": "user", "content": ["x"]}]})", chat), "messages");
+  EXPECT_EQ(error_param(R"({"messages": [{"role": "user", "content": [{"type": "text"}]}]})", chat), "messages");
   EXPECT_EQ(error_param(R"({"messages": [3]})", chat), "messages");
+  EXPECT_EQ(error_param(R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})", chat),
+            "top_logprobs");
+  EXPECT_EQ(error_param(R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 30})",
+                        chat),
+            "top_logprobs");
+}
+
+TEST(ServeApi, ContentPartsArePlainText) {
+  const ApiRequest r = parse_request(
+      R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "Hello"}, {"type": "text", "text": "there"}]},
+                       {"role": "assistant", "content": [{"type": "text", "text": "Hi!"}]}]})",
+      Endpoint::ChatCompletions, SamplingParams{});
+  ASSERT_EQ(r.messages.size(), 2u);
+  EXPECT_EQ(r.messages[0].content, "Hello\nthere");
+  EXPECT_EQ(r.messages[1].content, "Hi!");
+  try {
+    parse_request(R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "What is this?"},
+                     {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}]})",
+                  Endpoint::ChatCompletions, SamplingParams{});
+    ADD_FAILURE() << "an image part was accepted";
+  } catch (const RequestError& e) {
+    EXPECT_EQ(e.param(), "messages");
+    EXPECT_EQ(std::string(e.what()),
+              "'messages[0].content[1]': content parts of type 'image_url' are not supported: this server reads "
+              "text only (parts of type 'text')");
+  }
+}
+
+TEST(ServeApi, PromptListsAndTokenIds) {
+  auto prompts = [](const std::string& prompt) {
+    return parse_request(R"({"prompt": )" + prompt + "}", Endpoint::Completions, SamplingParams{}).prompts;
+  };
+  auto text = [](const std::string& t) { return PromptPiece{t, {}, true}; };
+  auto ids = [](std::vector<TokenId> v) { return PromptPiece{{}, std::move(v), false}; };
+  auto same = [](const std::vector<PromptInput>& a, const std::vector<PromptInput>& b) {
+    if (a.size() != b.size()) return false;
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (a[i].size() != b[i].size()) return false;
+      for (size_t k = 0; k < a[i].size(); ++k)
+        if (a[i][k].is_text != b[i][k].is_text || a[i][k].text != b[i][k].text || a[i][k].ids != b[i][k].ids)
+          return false;
+    }
+    return true;
+  };
+  EXPECT_TRUE(same(prompts(R"("one")"), {{text("one")}}));
+  EXPECT_TRUE(same(prompts(R"(["one", "two"])"), {{text("one")}, {text("two")}}));
+  EXPECT_TRUE(same(prompts("[1, 2, 3]"), {{ids({1, 2, 3})}}));
+  EXPECT_TRUE(same(prompts("[[1, 2], [3]]"), {{ids({1, 2})}, {ids({3})}}));
+  // llama.cpp's mixed form: one prompt, strings tokenized in place.
+  EXPECT_TRUE(same(prompts(R"([5, 6, " x", 7])"), {{ids({5, 6}), text(" x"), ids({7})}}));
+  EXPECT_TRUE(same(prompts(R"([[5, "y"], "z"])"), {{ids({5}), text("y")}, {text("z")}}));
+  std::string many = "[";
+  for (size_t i = 0; i <= kMaxPrompts; ++i) many += std::string(i ? "," : "") + "\"p\"";
+  EXPECT_EQ(error_param(R"({"prompt": )" + many + "]}"), "prompt");
+}
+
+TEST(ServeApi, LogprobsFields) {
+  auto top = [](const std::string& body, Endpoint ep) { return parse_request(body, ep, SamplingParams{}).top_logprobs; };
+  const auto chat = Endpoint::ChatCompletions;
+  const std::string msg = R"("messages": [{"role": "user", "content": "x"}])";
+  EXPECT_EQ(top(R"({"prompt": "a"})", Endpoint::Completions), -1);
+  EXPECT_EQ(top(R"({"prompt": "a", "logprobs": 0})", Endpoint::Completions), 0);
+  EXPECT_EQ(top(R"({"prompt": "a", "logprobs": 5})", Endpoint::Completions), 5);
+  EXPECT_EQ(top("{" + msg + "}", chat), -1);
+  EXPECT_EQ(top("{" + msg + R"(, "logprobs": false})", chat), -1);
+  EXPECT_EQ(top("{" + msg + R"(, "logprobs": true})", chat), 0);
+  EXPECT_EQ(top("{" + msg + R"(, "logprobs": true, "top_logprobs": 3})", chat), 3);
+}
+
+TEST(ServeApi, LogprobsShapes) {
+  // "é" split over two tokens: chat keeps the exact bytes; completions
+  // offsets count characters (a continuation byte starts none).
+  const std::vector<TokenLogprob> entries = {{"Hi", -0.5f, {{"Hi", -0.5f}, {"Ho", -1.5f}}},
+                                             {"\xC3", -0.25f, {}},
+                                             {"\xA9!", -2.0f, {}}};
+  int64_t offset = 0;
+  const auto c = logprobs_json(Endpoint::ChatCompletions, entries, offset);
+  ASSERT_EQ(c["content"].size(), 3u);
+  EXPECT_EQ(c["content"][0]["token"], "Hi");
+  EXPECT_EQ(c["content"][0]["logprob"], -0.5);
+  EXPECT_EQ(c["content"][0]["bytes"], nlohmann::json::array({72, 105}));
+  EXPECT_EQ(c["content"][0]["top_logprobs"][1]["token"], "Ho");
+  EXPECT_EQ(c["content"][0]["top_logprobs"][1]["logprob"], -1.5);
+  EXPECT_EQ(c["content"][1]["bytes"], nlohmann::json::array({0xC3}));
+  EXPECT_TRUE(c["content"][2]["top_logprobs"].empty());
+  EXPECT_TRUE(c["refusal"].is_null());
+  offset = 10;
+  const auto t = logprobs_json(Endpoint::Completions, entries, offset);
+  EXPECT_EQ(t["token_logprobs"], nlohmann::json::array({-0.5, -0.25, -2.0}));
+  EXPECT_EQ(t["text_offset"], nlohmann::json::array({10, 12, 13}));
+  EXPECT_EQ(offset, 14);  // "Hi" + "é" + "!"
+  EXPECT_EQ(t["top_logprobs"][0], (nlohmann::json{{"Hi", -0.5}, {"Ho", -1.5}}));
+  EXPECT_TRUE(t["top_logprobs"][1].is_null());
+  // A response of two choices: indices, and usage of both.
+  RequestOutcome a, b;
+  a.reason = FinishReason::Stop;
+  a.prompt_tokens = 3;
+  a.completion_tokens = 2;
+  b.reason = FinishReason::Length;
+  b.prompt_tokens = 4;
+  b.completion_tokens = 5;
+  const ResponseMeta meta{Endpoint::Completions, "cmpl-1", 1, "m"};
+  const auto r = response_json(meta, {{"x", a, nullptr}, {"y", b, t}});
+  EXPECT_EQ(r["choices"][1]["index"], 1);
+  EXPECT_EQ(r["choices"][1]["text"], "y");
+  EXPECT_EQ(r["choices"][1]["finish_reason"], "length");
+  EXPECT_TRUE(r["choices"][0]["logprobs"].is_null());
+  EXPECT_EQ(r["choices"][1]["logprobs"]["text_offset"], t["text_offset"]);
+  EXPECT_EQ(r["usage"]["prompt_tokens"], 7);
+  EXPECT_EQ(r["usage"]["completion_tokens"], 7);
+  EXPECT_EQ(chunk_json(meta, "z", nullptr, 1)["choices"][0]["index"], 1);
 }
 
 // ---- request checks shared by the CLI, the server and Python -------------------------
@@ -539,6 +659,64 @@ TEST_F(ServeEngine, CancelFreesTheSlot) {
   EXPECT_EQ(b->outcome().completion_tokens, 5);
 }
 
+TEST(TokenLogprobs, HandComputedDistribution) {
+  // softmax(0, ln 2, ln 3, ln 2) = (1, 2, 3, 2) / 8; ties by the smaller id.
+  const float logits[] = {0.f, std::log(2.f), std::log(3.f), std::log(2.f)};
+  const TokenLogprobs t = token_logprobs(logits, 4, 1, 3);
+  EXPECT_EQ(t.id, 1);
+  EXPECT_NEAR(t.logprob, std::log(2.0 / 8), 1e-6);
+  EXPECT_EQ(t.top_ids, (std::vector<TokenId>{2, 1, 3}));
+  ASSERT_EQ(t.top_logprobs.size(), 3u);
+  EXPECT_NEAR(t.top_logprobs[0], std::log(3.0 / 8), 1e-6);
+  EXPECT_EQ(t.top_logprobs[1], t.top_logprobs[2]);
+  EXPECT_TRUE(token_logprobs(logits, 4, 0, 0).top_ids.empty());
+  const float bad[] = {0.f, std::nanf("")};
+  EXPECT_THROW(token_logprobs(bad, 2, 0, 1), Error);
+}
+
+TEST_F(ServeEngine, LogprobsOfSpeculativeDecodingEqualPlainDecoding) {
+  // The log-probabilities reported for each emitted token are the target's
+  // at that position: bitwise those of plain decoding, greedy and sampled,
+  // whatever drafted the token and whatever shares the batch.
+  auto with_logprobs = [](GenerateOptions g) {
+    g.top_logprobs = 4;
+    return g;
+  };
+  GenerateOptions sampled = greedy(14, false);
+  sampled.sampling.temperature = 0.9f;
+  sampled.sampling.seed = 77;
+  sampled.sampling.rule = SamplingRule::SeedStable;
+  for (const GenerateOptions& g : {greedy(14, false), sampled}) {
+    const GenerateResult ref = generate_plain(*model_->target, prompt(4), with_logprobs(g));
+    ASSERT_EQ(ref.logprobs.size(), ref.tokens.size());
+    for (const DraftModel* d : {static_cast<const DraftModel*>(nullptr), static_cast<const DraftModel*>(drafter_)}) {
+      EngineOptions eo;
+      eo.parallel = 3;
+      Engine engine(*model_->target, *model_->tokenizer, d, eo);
+      auto other = engine.submit(prompt(5), greedy(20, false), {});
+      auto r = engine.submit(prompt(4), with_logprobs(g), {});
+      std::string text;
+      std::vector<TokenLogprob> got;
+      while (!r->poll(text, 1s, &got)) {
+      }
+      other->wait();
+      ASSERT_EQ(got.size(), ref.tokens.size()) << (d ? "speculative" : "plain");
+      for (size_t i = 0; i < got.size(); ++i) {
+        EXPECT_EQ(got[i].token, model_->tokenizer->token_bytes(ref.tokens[i])) << i;
+        EXPECT_EQ(got[i].logprob, ref.logprobs[i].logprob) << i;
+        ASSERT_EQ(got[i].top.size(), 4u);
+        for (size_t k = 0; k < 4; ++k) {
+          EXPECT_EQ(got[i].top[k].first, model_->tokenizer->token_bytes(ref.logprobs[i].top_ids[k])) << i;
+          EXPECT_EQ(got[i].top[k].second, ref.logprobs[i].top_logprobs[k]) << i;
+        }
+      }
+      if (g.sampling.greedy()) {  // the emitted token is the most likely one
+        for (const TokenLogprob& e : got) EXPECT_EQ(e.logprob, e.top[0].second);
+      }
+    }
+  }
+}
+
 TEST_F(ServeEngine, UnreadRequestIsCancelledAndFreesItsSlot) {
   // A request whose text nobody takes (a stream iterator still referenced
   // but no longer consumed) is cancelled and frees the one slot; the next
@@ -723,7 +901,8 @@ class ServeOpenAI : public ::testing::Test {
 
   // Starts a server with `args`, runs the client checks of `suite`, stops
   // the server with SIGTERM and expects a clean exit.
-  void run_suite(const std::vector<std::string>& args, const std::string& suite, const std::string& only = "") {
+  void run_suite(const std::vector<std::string>& args, const std::string& suite, const std::string& only = "",
+                 const std::string& client_args = "") {
     ServerProcess server(args, tmp_.file("server" + std::to_string(servers_++) + ".log"));
     std::string why;
     const int port = server.wait_ready(why);
@@ -738,6 +917,7 @@ class ServeOpenAI : public ::testing::Test {
     std::string cmd = "python3 " DSPARK_SOURCE_DIR "/tests/serve/test_openai_client.py --base-url http://127.0.0.1:" +
                       std::to_string(port) + " --suite " + suite;
     if (!only.empty()) cmd += " -k " + only;
+    if (!client_args.empty()) cmd += " " + client_args;
     const int rc = std::system((cmd + " >" + out + " 2>&1").c_str());
     std::ifstream f(out);
     const std::string client((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
@@ -782,6 +962,16 @@ TEST_F(ServeOpenAI, SeededSamplingIsBatchIndependent) {
   ASSERT_EQ(std::system(gen.c_str()), 0) << test::read_bytes(tmp_.file("profile.log"));
   run_suite({"-m", "smollm2", "-t", "2"}, "seeds");
   run_suite({"-m", "smollm2", "--drafter", "none", "-t", "2"}, "seeds");
+}
+
+TEST_F(ServeOpenAI, LogprobsEqualSpeculativeAndPlain) {
+  // The same requests' log-probabilities from a plain server and from one
+  // with the shipped drafter and prompt-lookup drafts, verifying every
+  // drafted position (--sps none, so drafts are verified whatever this
+  // machine's profile says): exactly equal.
+  const std::string file = "--logprobs-file " + tmp_.file("logprobs.json");
+  run_suite({"-m", "smollm2", "--drafter", "none", "-t", "2"}, "logprobs", "", file);
+  run_suite({"-m", "smollm2", "-t", "2", "--sps", "none"}, "logprobs", "", file);
 }
 
 TEST_F(ServeOpenAI, ClientDisconnectFreesSlot) {

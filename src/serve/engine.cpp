@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <exception>
+#include <iterator>
 #include <optional>
 #include <utility>
 
@@ -30,19 +31,21 @@ const char* to_string(FinishReason r) {
 
 // ---- Request ----------------------------------------------------------------
 
-bool Request::poll(std::string& text, std::chrono::milliseconds timeout) {
+bool Request::poll(std::string& text, std::chrono::milliseconds timeout, std::vector<TokenLogprob>* logprobs) {
   std::unique_lock lk(mu_);
   ++readers_;
-  cv_.wait_for(lk, timeout, [&] { return !text_.empty() || ended_; });
+  cv_.wait_for(lk, timeout, [&] { return !text_.empty() || !logprobs_.empty() || ended_; });
   --readers_;
   text += text_;
   text_.clear();
+  if (logprobs) std::move(logprobs_.begin(), logprobs_.end(), std::back_inserter(*logprobs));
+  logprobs_.clear();
   return ended_;
 }
 
 bool Request::unread_since(Clock::time_point now, std::chrono::milliseconds timeout) {
   std::lock_guard lk(mu_);
-  return readers_ == 0 && !text_.empty() && now - pending_since_ > timeout;
+  return readers_ == 0 && (!text_.empty() || !logprobs_.empty()) && now - pending_since_ > timeout;
 }
 
 std::string Request::wait() {
@@ -55,11 +58,12 @@ std::string Request::wait() {
   return out;
 }
 
-void Request::deliver(std::string_view text) {
+void Request::deliver(std::string_view text, TokenLogprob* logprob) {
   {
     std::lock_guard lk(mu_);
-    if (text_.empty()) pending_since_ = Clock::now();
+    if (text_.empty() && logprobs_.empty()) pending_since_ = Clock::now();
     text_.append(text);
+    if (logprob) logprobs_.push_back(std::move(*logprob));
   }
   cv_.notify_all();
 }
@@ -90,14 +94,30 @@ struct Engine::Slot {
   bool unread = false;       // cancelled because its text was not taken (EngineOptions::unread_timeout)
   std::string error;
 
+  bool logprobs = false;      // the request asked for log-probabilities
+  const tok::Tokenizer& tokenizer;
+
   Slot(const tok::Tokenizer& t, std::vector<std::string> stop)
-      : decoder(t), matcher(std::move(stop)) {}
+      : decoder(t), matcher(std::move(stop)), tokenizer(t) {}
+
+  // The session's log-probabilities of a token, with tokens as bytes.
+  TokenLogprob api_logprob(const TokenLogprobs& t) const {
+    TokenLogprob out{tokenizer.token_bytes(t.id), t.logprob, {}};
+    for (size_t i = 0; i < t.top_ids.size(); ++i)
+      out.top.emplace_back(tokenizer.token_bytes(t.top_ids[i]), t.top_logprobs[i]);
+    return out;
+  }
 
   // Called by the session for every emitted token; false ends generation.
   bool on_token(TokenId id) {
     try {
       const std::string out = matcher.push(decoder.push(id));
-      if (!out.empty()) req->deliver(out);
+      if (logprobs) {
+        TokenLogprob lp = api_logprob(session->result().logprobs.back());
+        req->deliver(out, &lp);
+      } else if (!out.empty()) {
+        req->deliver(out);
+      }
       return !matcher.matched();
     } catch (const std::exception& e) {
       failed = true;
@@ -131,6 +151,7 @@ std::shared_ptr<Request> Engine::submit(std::vector<TokenId> prompt, GenerateOpt
   Slot* s = slot.get();
   opts.on_token = [s](TokenId id) { return s->on_token(id); };
   slot->prompt_len = static_cast<int64_t>(prompt.size());
+  slot->logprobs = opts.top_logprobs >= 0;
   slot->session.emplace(target_, drafter_, std::move(prompt), std::move(opts), opts_.spec);
   auto req = slot->req;
   {

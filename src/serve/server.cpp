@@ -63,6 +63,9 @@ constexpr std::chrono::milliseconds kKeepAlive{2000};
 constexpr size_t kMaxBody = size_t{64} << 20;  // bytes of one request body
 // How often a non-streaming request checks that its client is still there.
 constexpr std::chrono::milliseconds kClientCheck{200};
+// How long a stream of several choices waits on one of them before looking
+// at the next.
+constexpr std::chrono::milliseconds kMultiPoll{20};
 
 void send_json(httplib::Response& res, int status, const json& body) {
   res.status = status;
@@ -80,10 +83,71 @@ int64_t unix_now() {
 
 // What a streaming response keeps between calls of its content provider.
 struct StreamState {
-  std::shared_ptr<Request> req;
+  struct ChoiceStream {
+    std::shared_ptr<Request> req;
+    bool ended = false;
+    int64_t text_offset = 0;  // characters sent, for completions logprobs
+  };
+  std::vector<ChoiceStream> choices;
   ResponseMeta meta;
   bool include_usage = false;
+  bool logprobs = false;
   bool started = false;
+  bool done = false;
+  std::vector<RequestOutcome> outcomes;
+
+  void cancel() {
+    for (auto& c : choices) c.req->cancel();
+  }
+
+  // The events of one call of the content provider: what the choices have
+  // produced (waiting up to the keep-alive interval for something), or a
+  // keep-alive comment.
+  std::string next_events() {
+    std::string out;
+    if (!started) {
+      started = true;
+      if (meta.endpoint == Endpoint::ChatCompletions) out += sse_event(role_chunk_json(meta));
+    }
+    const bool one = choices.size() == 1;
+    const auto until = std::chrono::steady_clock::now() + kKeepAlive;
+    do {
+      for (size_t i = 0; i < choices.size(); ++i) {
+        ChoiceStream& c = choices[i];
+        if (c.ended) continue;
+        std::string text;
+        std::vector<TokenLogprob> lp;
+        // One choice waits on its channel; several poll in turn.
+        const auto wait = out.empty() ? (one ? kKeepAlive : kMultiPoll) : std::chrono::milliseconds(0);
+        c.ended = c.req->poll(text, wait, logprobs ? &lp : nullptr);
+        const auto index = static_cast<int>(i);
+        if (!text.empty() || !lp.empty())
+          out += sse_event(chunk_json(meta, text, logprobs ? logprobs_json(meta.endpoint, lp, c.text_offset) : json(nullptr),
+                                      index));
+        if (!c.ended) continue;
+        const RequestOutcome& o = c.req->outcome();
+        if (o.reason == FinishReason::Stop || o.reason == FinishReason::Length) {
+          out += sse_event(final_chunk_json(meta, o, index));
+          outcomes.push_back(o);
+          continue;
+        }
+        // A choice that failed or was cancelled ends the whole stream.
+        cancel();
+        out += sse_event(error_body(o.reason == FinishReason::Error ? "generation failed: " + o.error : o.error,
+                                    "server_error"));
+        out += "data: [DONE]\n\n";
+        done = true;
+        return out;
+      }
+    } while (out.empty() && std::chrono::steady_clock::now() < until);
+    if (std::all_of(choices.begin(), choices.end(), [](const ChoiceStream& c) { return c.ended; })) {
+      if (include_usage) out += sse_event(usage_chunk_json(meta, combined(outcomes)));
+      out += "data: [DONE]\n\n";
+      done = true;
+    }
+    if (out.empty()) out = ": keep-alive\n\n";
+    return out;
+  }
 };
 
 }  // namespace
@@ -131,6 +195,8 @@ struct Server::Impl {
     http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
       generate(req, res, Endpoint::ChatCompletions);
     });
+    http.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) { tokenize(req, res); });
+    http.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) { detokenize(req, res); });
     // A POST's body framing is checked before the HTTP library reads the
     // body: without this, a missing or unreadable Content-Length makes it
     // wait for the read timeout (5 s) before refusing the request.
@@ -159,7 +225,8 @@ struct Server::Impl {
       if (!res.body.empty()) return;  // a handler already wrote an error body
       // A known path asked with another method: 405 with the allowed one.
       static constexpr std::pair<const char*, const char*> kRoutes[] = {
-          {"/health", "GET"}, {"/v1/models", "GET"}, {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"}};
+          {"/health", "GET"},         {"/v1/models", "GET"},   {"/v1/completions", "POST"},
+          {"/v1/chat/completions", "POST"}, {"/tokenize", "POST"}, {"/detokenize", "POST"}};
       if (res.status == 404 || res.status == 400) {
         for (const auto& [path, method] : kRoutes) {
           if (req.path != path || req.method == method) continue;
@@ -228,68 +295,151 @@ struct Server::Impl {
                                       {"context_length", ctx}}})}});
   }
 
-  // Prompt ids of a validated request. Throws RequestError.
-  std::vector<TokenId> prompt_ids(const ApiRequest& ar) const {
-    if (ar.endpoint == Endpoint::Completions) return model.encode_prompt(ar.prompt, false);
+  // POST /tokenize {"content": text, "add_special": false} → {"tokens": [...]}
+  // (llama.cpp's server): the ids a completions prompt of that text gets with
+  // add_special (BOS as `generate -p` adds it), or the text's own ids.
+  void tokenize(const httplib::Request& req, httplib::Response& res) {
+    try {
+      const json j = parse_object(req.body);
+      const auto content = j.find("content");
+      if (content == j.end() || !content->is_string())
+        throw RequestError("'content' must be a string", "content");
+      const auto special = j.find("add_special");
+      if (special != j.end() && !special->is_boolean()) throw RequestError("'add_special' must be a boolean", "add_special");
+      const std::string text = content->get<std::string>();
+      const bool add = special != j.end() && special->get<bool>();
+      send_json(res, 200, {{"tokens", add ? model.encode_prompt(text, false) : model.tokenizer->encode(text, true)}});
+    } catch (const RequestError& e) {
+      send_error(res, 400, e.what(), "invalid_request_error", e.param());
+    }
+  }
+
+  // POST /detokenize {"tokens": [...]} → {"content": text} (llama.cpp's server).
+  void detokenize(const httplib::Request& req, httplib::Response& res) {
+    try {
+      const json j = parse_object(req.body);
+      const auto tokens = j.find("tokens");
+      if (tokens == j.end() || !tokens->is_array()) throw RequestError("'tokens' must be an array of token ids", "tokens");
+      std::vector<TokenId> ids;
+      const int64_t vocab = model.target->info().vocab;
+      for (const json& t : *tokens) {
+        if (!(t.is_number_integer() || t.is_number_unsigned()) || t.get<int64_t>() < 0 || t.get<int64_t>() >= vocab)
+          throw RequestError("'tokens': expected token ids in [0, " + std::to_string(vocab) + "), got " + t.dump(), "tokens");
+        ids.push_back(static_cast<TokenId>(t.get<int64_t>()));
+      }
+      send_json(res, 200, {{"content", model.tokenizer->decode(ids)}});
+    } catch (const RequestError& e) {
+      send_error(res, 400, e.what(), "invalid_request_error", e.param());
+    }
+  }
+
+  static json parse_object(const std::string& body) {
+    json j = json::parse(body, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) throw RequestError("the request body must be a JSON object");
+    return j;
+  }
+
+  // Token ids of one completions prompt: text pieces tokenized (the first
+  // piece with BOS, as `generate -p` does), ids as given. Throws RequestError.
+  std::vector<TokenId> completion_ids(const PromptInput& prompt) const {
+    std::vector<TokenId> ids;
+    const int64_t vocab = model.target->info().vocab;
+    for (size_t i = 0; i < prompt.size(); ++i) {
+      const PromptPiece& piece = prompt[i];
+      if (piece.is_text) {
+        const auto t = i == 0 ? model.encode_prompt(piece.text, false) : model.tokenizer->encode(piece.text, true);
+        ids.insert(ids.end(), t.begin(), t.end());
+        continue;
+      }
+      for (TokenId id : piece.ids)
+        if (id >= vocab)
+          throw RequestError("'prompt': token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                                 std::to_string(vocab) + ")",
+                             "prompt");
+      ids.insert(ids.end(), piece.ids.begin(), piece.ids.end());
+    }
+    return ids;
+  }
+
+  // Prompt ids of a validated request, one per choice. Throws RequestError.
+  std::vector<std::vector<TokenId>> prompt_ids(const ApiRequest& ar) const {
+    std::vector<std::vector<TokenId>> out;
+    if (ar.endpoint == Endpoint::Completions) {
+      for (const PromptInput& p : ar.prompts) out.push_back(completion_ids(p));
+      return out;
+    }
     if (!model.chat)
       throw RequestError("the model declares no supported chat template; use /v1/completions", "messages");
     try {
-      return model.chat->apply(ar.messages, true);
+      out.push_back(model.chat->apply(ar.messages, true));
     } catch (const InvalidArgument& e) {
       throw RequestError(e.what(), "messages");
     }
+    return out;
+  }
+
+  // The generation options of one prompt of a validated request. Throws RequestError.
+  GenerateOptions options_for(const ApiRequest& ar, int64_t n_prompt) {
+    const char* prompt_param = ar.endpoint == Endpoint::Completions ? "prompt" : "messages";
+    try {
+      check_prompt_length(n_prompt, ctx, prompt_param);
+    } catch (const InvalidArgument& e) {
+      throw RequestError(e.what(), prompt_param);
+    }
+    try {
+      if (ar.max_tokens) check_max_tokens(*ar.max_tokens, n_prompt, ctx, "max_tokens");
+    } catch (const InvalidArgument& e) {
+      throw RequestError(e.what(), "max_tokens");
+    }
+    GenerateOptions g;
+    g.n_predict = ar.max_tokens.value_or(std::min(opts.default_max_tokens, ctx - n_prompt));
+    g.ctx_size = ctx;
+    g.sampling = ar.sampling;
+    // A request that names a seed gets seed-stable text: the same whatever
+    // else the server is decoding (sampling.hpp, SamplingRule).
+    if (ar.seed_given) g.sampling.rule = SamplingRule::SeedStable;
+    else g.sampling.seed = random();
+    g.stop_ids = model.stop_ids;
+    g.top_logprobs = ar.top_logprobs;
+    return g;
   }
 
   void generate(const httplib::Request& req, httplib::Response& res, Endpoint ep) {
     try {
       if (stopping) return send_error(res, 503, "the server is shutting down", "server_error");
       const ApiRequest ar = parse_request(req.body, ep, opts.defaults);
-      const char* prompt_param = ep == Endpoint::Completions ? "prompt" : "messages";
-      std::vector<TokenId> prompt = prompt_ids(ar);
-      const int64_t n_prompt = static_cast<int64_t>(prompt.size());
-      try {
-        check_prompt_length(n_prompt, ctx, prompt_param);
-      } catch (const InvalidArgument& e) {
-        throw RequestError(e.what(), prompt_param);
-      }
-      try {
-        if (ar.max_tokens) check_max_tokens(*ar.max_tokens, n_prompt, ctx, "max_tokens");
-      } catch (const InvalidArgument& e) {
-        throw RequestError(e.what(), "max_tokens");
-      }
-      GenerateOptions g;
-      g.n_predict = ar.max_tokens.value_or(std::min(opts.default_max_tokens, ctx - n_prompt));
-      g.ctx_size = ctx;
-      g.sampling = ar.sampling;
-      // A request that names a seed gets seed-stable text: the same whatever
-      // else the server is decoding (sampling.hpp, SamplingRule).
-      if (ar.seed_given) g.sampling.rule = SamplingRule::SeedStable;
-      else g.sampling.seed = random();
-      g.stop_ids = model.stop_ids;
+      std::vector<std::vector<TokenId>> prompts = prompt_ids(ar);
+      std::vector<GenerateOptions> options;
+      for (const auto& p : prompts) options.push_back(options_for(ar, static_cast<int64_t>(p.size())));
 
-      std::shared_ptr<Request> request;
+      std::vector<std::shared_ptr<Request>> requests;
       try {
-        request = engine.submit(std::move(prompt), std::move(g), ar.stop);
-      } catch (const InvalidArgument& e) {
-        throw RequestError(e.what());
-      } catch (const Error& e) {
+        for (size_t i = 0; i < prompts.size(); ++i)
+          requests.push_back(engine.submit(std::move(prompts[i]), std::move(options[i]), ar.stop));
+      } catch (const std::exception& e) {
+        for (auto& r : requests) r->cancel();
+        if (dynamic_cast<const InvalidArgument*>(&e)) throw RequestError(e.what());
         return send_error(res, 503, e.what(), "server_error");
       }
       ResponseMeta meta{ep, new_id(ep == Endpoint::Completions ? "cmpl-" : "chatcmpl-"), unix_now(),
                         opts.model_name};
-      if (ar.stream) return stream(res, std::move(request), std::move(meta), ar.include_usage);
+      if (ar.stream) return stream(res, std::move(requests), std::move(meta), ar.include_usage, ar.top_logprobs >= 0);
 
-      const std::string text = wait_watching_client(req, *request);
-      const RequestOutcome& o = request->outcome();
-      switch (o.reason) {
-        case FinishReason::Stop:
-        case FinishReason::Length:
-          return send_json(res, 200, response_json(meta, text, o));
-        case FinishReason::Cancelled:
-          return send_error(res, 503, o.error, "server_error");
-        case FinishReason::Error:
+      std::vector<Choice> choices;
+      for (auto& request : requests) {
+        std::vector<TokenLogprob> logprobs;
+        std::string text = wait_watching_client(req, *request, logprobs);
+        const RequestOutcome& o = request->outcome();
+        if (o.reason == FinishReason::Cancelled || o.reason == FinishReason::Error) {
+          for (auto& r : requests) r->cancel();
+          if (o.reason == FinishReason::Cancelled) return send_error(res, 503, o.error, "server_error");
           return send_error(res, 500, "generation failed: " + o.error, "server_error");
+        }
+        int64_t offset = 0;
+        json lp = ar.top_logprobs >= 0 ? logprobs_json(ep, logprobs, offset) : json(nullptr);
+        choices.push_back({std::move(text), o, std::move(lp)});
       }
+      send_json(res, 200, response_json(meta, choices));
     } catch (const RequestError& e) {
       send_error(res, 400, e.what(), "invalid_request_error", e.param());
     } catch (const std::exception& e) {
@@ -299,58 +449,43 @@ struct Server::Impl {
 
   // Waits for a non-streaming request to end; cancels it when its client
   // closes the connection meanwhile (the slot is freed at the next step).
-  static std::string wait_watching_client(const httplib::Request& http_req, Request& request) {
+  static std::string wait_watching_client(const httplib::Request& http_req, Request& request,
+                                          std::vector<TokenLogprob>& logprobs) {
     const int fd = find_connection_socket(http_req.local_addr, http_req.local_port, http_req.remote_addr,
                                           http_req.remote_port);
     std::string text;
-    while (!request.poll(text, kClientCheck))
+    while (!request.poll(text, kClientCheck, &logprobs))
       if (fd >= 0 && !request.cancel_requested() && peer_closed(fd)) request.cancel();
     return text;
   }
 
-  void stream(httplib::Response& res, std::shared_ptr<Request> request, ResponseMeta meta,
-              bool include_usage) {
+  // Streams the choices of `requests` as server-sent events (each choice's
+  // chunks carry its index; a failed or cancelled choice ends the stream
+  // with an error event and cancels the others).
+  void stream(httplib::Response& res, std::vector<std::shared_ptr<Request>> requests, ResponseMeta meta,
+              bool include_usage, bool logprobs) {
     auto st = std::make_shared<StreamState>();
-    st->req = std::move(request);
+    for (auto& r : requests) st->choices.push_back({std::move(r)});
     st->meta = std::move(meta);
     st->include_usage = include_usage;
+    st->logprobs = logprobs;
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         kEventStream,
         [st](size_t, httplib::DataSink& sink) {
           // Called repeatedly until done(); each call writes something, so a
           // client that has gone away is noticed by a failed write.
-          std::string out;
-          if (!st->started) {
-            st->started = true;
-            if (st->meta.endpoint == Endpoint::ChatCompletions) out += sse_event(role_chunk_json(st->meta));
-          }
-          std::string text;
-          const bool ended = st->req->poll(text, out.empty() ? kKeepAlive : std::chrono::milliseconds(0));
-          if (!text.empty()) out += sse_event(chunk_json(st->meta, text));
-          if (ended) {
-            const RequestOutcome& o = st->req->outcome();
-            if (o.reason == FinishReason::Stop || o.reason == FinishReason::Length) {
-              out += sse_event(final_chunk_json(st->meta, o));
-              if (st->include_usage) out += sse_event(usage_chunk_json(st->meta, o));
-            } else {
-              out += sse_event(error_body(o.reason == FinishReason::Error ? "generation failed: " + o.error
-                                                                            : o.error,
-                                          "server_error"));
-            }
-            out += "data: [DONE]\n\n";
-          }
-          if (out.empty()) out = ": keep-alive\n\n";
+          std::string out = st->next_events();
           if (!sink.write(out.data(), out.size())) {
-            st->req->cancel();
+            st->cancel();
             return false;
           }
-          if (ended) sink.done();
+          if (st->done) sink.done();
           return true;
         },
         // Runs when the response is destroyed, however the stream ended;
-        // a no-op for a request that already ended.
-        [st](bool) { st->req->cancel(); });
+        // a no-op for requests that already ended.
+        [st](bool) { st->cancel(); });
   }
 };
 

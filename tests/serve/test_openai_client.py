@@ -7,8 +7,10 @@ Runs against a server that is already up:
 
 Suites: "full" (every check except the disconnect one; needs --parallel >= 8
 for the concurrency check to batch), "seeds" (sampled requests with explicit
-seeds give the same text together as alone) and "disconnect" (a client that
-goes away frees its slot; meant for a --parallel 1 server). The full and
+seeds give the same text together as alone), "disconnect" (a client that
+goes away frees its slot; meant for a --parallel 1 server) and "logprobs"
+(fixed requests' log-probabilities recorded by one server and compared by
+another, --logprobs-file). The full and
 disconnect suites send greedy requests (temperature 0) only, so results are
 deterministic. Exit status 0 when every
 check passes. tests/serve_test.cpp starts the servers and runs this script.
@@ -293,6 +295,93 @@ def held_back_text_is_flushed(ctx):
     assert finish == "length" and usage.completion_tokens == 24, (finish, usage)
 
 
+@check("full")
+def content_given_as_text_parts(ctx):
+    # What current OpenAI SDKs and LangChain send: a list of text parts.
+    q = "Name the capital city of France."
+    plain = chat(ctx, q).choices[0].message.content
+    parts = ctx.client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": [{"type": "text", "text": q}]}], max_tokens=16, temperature=0
+    )
+    assert parts.choices[0].message.content == plain, (parts.choices[0].message.content, plain)
+    try:
+        ctx.client.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": [{"type": "text", "text": q},
+                                                   {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA=="}}]}],
+            max_tokens=4,
+        )
+    except openai.BadRequestError as e:
+        assert "image_url" in str(e) and "text only" in str(e), e
+    else:
+        raise AssertionError("an image part was accepted")
+
+
+@check("full")
+def completion_prompt_lists_and_token_ids(ctx):
+    prompts = ["The quick brown fox", "Once upon a time"]
+    alone = [complete(ctx, p, max_tokens=8) for p in prompts]
+    both = complete(ctx, prompts, max_tokens=8)
+    assert [c.index for c in both.choices] == [0, 1], both.choices
+    assert [c.text for c in both.choices] == [a.choices[0].text for a in alone], (both.choices, alone)
+    assert both.usage.completion_tokens == sum(a.usage.completion_tokens for a in alone), both.usage
+    assert both.usage.prompt_tokens == sum(a.usage.prompt_tokens for a in alone), both.usage
+    # Token ids as llama.cpp's server takes them (/tokenize gives them).
+    status, _, raw = ctx.raw("POST", "/tokenize", json.dumps({"content": prompts[0], "add_special": True}).encode())
+    assert status == 200, (status, raw)
+    ids = json.loads(raw)["tokens"]
+    assert len(ids) == alone[0].usage.prompt_tokens, (ids, alone[0].usage)
+    by_ids = complete(ctx, ids, max_tokens=8)
+    assert by_ids.choices[0].text == alone[0].choices[0].text, (by_ids.choices[0].text, alone[0].choices[0].text)
+    two = complete(ctx, [ids, ids[:-1]], max_tokens=4)
+    assert len(two.choices) == 2 and two.usage.prompt_tokens == 2 * len(ids) - 1, two
+    status, _, raw = ctx.raw("POST", "/detokenize", json.dumps({"tokens": ids}).encode())
+    assert status == 200 and json.loads(raw)["content"].endswith(prompts[0]), (status, raw)  # after a BOS, if any
+    # Streaming several prompts: each chunk names its choice.
+    texts, finishes = {}, {}
+    for ch in ctx.client.completions.create(model=MODEL, prompt=prompts, max_tokens=8, temperature=0, stream=True):
+        for c in ch.choices:
+            texts[c.index] = texts.get(c.index, "") + c.text
+            if c.finish_reason:
+                finishes[c.index] = c.finish_reason
+    assert texts == {0: alone[0].choices[0].text, 1: alone[1].choices[0].text}, texts
+    assert set(finishes) == {0, 1}, finishes
+    status, _, raw = ctx.raw("POST", "/v1/completions", json.dumps({"prompt": [10**9], "max_tokens": 2}).encode())
+    assert status == 400 and "outside the vocabulary" in json.loads(raw)["error"]["message"], (status, raw)
+
+
+@check("full")
+def logprobs_of_greedy_tokens(ctx):
+    # Completions: logprobs=N; the greedy token is the most likely one.
+    r = complete(ctx, "The quick brown fox", max_tokens=10, logprobs=3)
+    lp = r.choices[0].logprobs
+    assert "".join(lp.tokens) == r.choices[0].text, (lp.tokens, r.choices[0].text)
+    assert len(lp.token_logprobs) == r.usage.completion_tokens, lp
+    for tok, value, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs):
+        assert len(top) <= 3 and value <= 0, top
+        assert value == max(top.values()) and top[tok] == value, (tok, value, top)
+    assert lp.text_offset[0] == 0 and lp.text_offset == sorted(lp.text_offset), lp.text_offset
+    # Chat: logprobs=true, top_logprobs=N.
+    c = chat(ctx, "Name three colors.", max_tokens=10, logprobs=True, top_logprobs=2)
+    content = c.choices[0].logprobs.content
+    assert len(content) == c.usage.completion_tokens, content
+    assert "".join(e.token for e in content) == c.choices[0].message.content
+    for e in content:
+        assert len(e.top_logprobs) == 2 and e.top_logprobs[0].logprob == e.logprob, e
+        assert bytes(e.bytes).decode("utf-8", "replace") == e.token, e
+    assert chat(ctx, "Name three colors.", max_tokens=4).choices[0].logprobs is None
+    # Streamed, the chunks carry the same values.
+    streamed = []
+    for ch in ctx.client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Name three colors."}], max_tokens=10, temperature=0,
+        logprobs=True, top_logprobs=2, stream=True,
+    ):
+        for ch_choice in ch.choices:
+            if ch_choice.logprobs and ch_choice.logprobs.content:
+                streamed += [(e.token, e.logprob) for e in ch_choice.logprobs.content]
+    assert streamed == [(e.token, e.logprob) for e in content], (streamed, content)
+
+
 PROMPTS = [
     "What is the capital of France?",
     "Name three colors.",
@@ -474,6 +563,41 @@ def seeded_requests_are_batch_independent(ctx):
     print("  %d of %d seeded requests identical together and alone" % (same, len(SEEDED)))
 
 
+# ---- logprobs suite ----------------------------------------------------------------
+
+LOGPROB_REQUESTS = [
+    dict(prompt="Once upon a time, in a small village by the sea,", max_tokens=24, temperature=0, logprobs=5),
+    dict(prompt="Write a poem where every line starts with 'The sea is'.\nThe sea is", max_tokens=24, temperature=0,
+         logprobs=2),
+    dict(prompt="Tell me about the moon.", max_tokens=24, temperature=0.8, seed=1234, logprobs=3),
+]
+
+
+@check("logprobs")
+def logprobs_equal_across_servers(ctx):
+    """The values of fixed requests, written to --logprobs-file by the first
+    server and compared exactly by the next (speculative against plain)."""
+    got = []
+    for kw in LOGPROB_REQUESTS:
+        r = ctx.client.completions.create(model=MODEL, **kw)
+        lp = r.choices[0].logprobs
+        got.append({"text": r.choices[0].text, "tokens": lp.tokens, "token_logprobs": lp.token_logprobs,
+                    "top_logprobs": lp.top_logprobs, "dspark": extra(r, "dspark")})
+    path = ctx.logprobs_file
+    if not os.path.exists(path):
+        with open(path, "w") as f:
+            json.dump(got, f)
+        print("  recorded %d requests" % len(got))
+        return
+    with open(path) as f:
+        want = json.load(f)
+    for i, (a, b) in enumerate(zip(want, got)):
+        for key in ("text", "tokens", "token_logprobs", "top_logprobs"):
+            assert a[key] == b[key], (i, key, a[key], b[key])
+    tau = [g["dspark"]["tau"] for g in got]
+    print("  %d requests equal; tau here %s, there %s" % (len(got), tau, [w["dspark"]["tau"] for w in want]))
+
+
 # ---- disconnect suite ------------------------------------------------------------
 
 COUNTING = "1, 2, 3, 4, 5, 6, 7, 8,"
@@ -582,8 +706,10 @@ def main():
     ap.add_argument("--base-url", required=True)
     ap.add_argument("--suite", default="full", choices=sorted(CHECKS))
     ap.add_argument("-k", default="", help="run only checks whose name contains this")
+    ap.add_argument("--logprobs-file", default="", help="logprobs suite: record here, or compare with what is here")
     a = ap.parse_args()
     ctx = Ctx(a.base_url)
+    ctx.logprobs_file = a.logprobs_file
     failed = 0
     for fn in CHECKS[a.suite]:
         if a.k not in fn.__name__:

@@ -43,9 +43,14 @@ namespace dspark::serve {
 class Request {
  public:
   /// Waits up to `timeout` until new text is available or the request has
-  /// ended, then moves the available text to the end of `text`. Returns true
-  /// when the request has ended and all of its text has been taken.
-  bool poll(std::string& text, std::chrono::milliseconds timeout);
+  /// ended, then moves the available text to the end of `text` and, when
+  /// `logprobs` is given, the log-probabilities of the tokens produced since
+  /// the last call to its end (requests submitted with
+  /// GenerateOptions::top_logprobs >= 0; one entry per counted token, which
+  /// may come before the token's text when that text is held back). Returns
+  /// true when the request has ended and all of its output has been taken.
+  bool poll(std::string& text, std::chrono::milliseconds timeout,
+            std::vector<TokenLogprob>* logprobs = nullptr);
   /// Blocks until the request ends; returns all text not yet taken.
   std::string wait();
   /// Asks the engine to stop this request (e.g. the client went away). The
@@ -59,8 +64,9 @@ class Request {
  private:
   friend class Engine;
   using Clock = std::chrono::steady_clock;
-  /// Engine side: appends produced text and wakes the waiting reader.
-  void deliver(std::string_view text);
+  /// Engine side: appends produced text (and a token's log-probabilities)
+  /// and wakes the waiting reader.
+  void deliver(std::string_view text, TokenLogprob* logprob = nullptr);
   /// Engine side: appends the last text, records the outcome, marks the end.
   void complete(std::string_view tail, RequestOutcome outcome);
   /// Engine side: true when nobody is blocked in poll() or wait() and
@@ -71,6 +77,7 @@ class Request {
   std::mutex mu_;
   std::condition_variable cv_;
   std::string text_;  // produced, not yet taken
+  std::vector<TokenLogprob> logprobs_;  // produced, not yet taken
   Clock::time_point pending_since_;  // when text_ last became non-empty
   int readers_ = 0;                  // threads blocked in poll() or wait()
   bool ended_ = false;

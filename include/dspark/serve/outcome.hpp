@@ -4,6 +4,8 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "dspark/speculative/stats.hpp"
 
@@ -19,6 +21,15 @@ enum class FinishReason {
 
 /// "stop" | "length" | "cancelled" | "error".
 const char* to_string(FinishReason r);
+
+/// One emitted token's log-probabilities as the API reports them (the
+/// target's distribution at that position, see TokenLogprobs in
+/// dspark/speculative/generate.hpp), with tokens as their bytes.
+struct TokenLogprob {
+  std::string token;  // the token's bytes (may be part of a UTF-8 character)
+  float logprob = 0;
+  std::vector<std::pair<std::string, float>> top;  // the most likely tokens' bytes and log-probabilities
+};
 
 /// Everything known about a request once it has ended.
 struct RequestOutcome {
