@@ -22,6 +22,7 @@
 #include <random>
 #include <regex>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -29,7 +30,9 @@
 #include "dspark/error.hpp"
 #include "dspark/model/loaded_model.hpp"
 #include "dspark/serve/api.hpp"
+#include "dspark/serve/auth.hpp"
 #include "dspark/serve/engine.hpp"
+#include "dspark/serve/metrics.hpp"
 #include "dspark/serve/request_checks.hpp"
 #include "dspark/serve/stop_matcher.hpp"
 #include "dspark/speculative/drafter.hpp"
@@ -431,6 +434,104 @@ TEST(ServeApi, ResponseShapes) {
   EXPECT_TRUE(error_body("bad", "invalid_request_error")["error"]["param"].is_null());
 }
 
+// ---- API keys and metrics ------------------------------------------------------------
+
+TEST(ServeAuth, KeysAreCheckedAsBearerTokens) {
+  EXPECT_TRUE(constant_time_equal("abc", "abc"));
+  EXPECT_FALSE(constant_time_equal("abd", "abc"));
+  EXPECT_FALSE(constant_time_equal("ab", "abc"));
+  EXPECT_FALSE(constant_time_equal("abcabc", "abc"));  // a repeat of the key is not the key
+  EXPECT_FALSE(constant_time_equal("", "abc"));
+  EXPECT_TRUE(constant_time_equal("", ""));
+  ApiKeys none;
+  EXPECT_TRUE(none.allows(""));  // no keys: open
+  ApiKeys keys;
+  keys.add("sk-one");
+  keys.add("sk-two");
+  EXPECT_TRUE(keys.allows("Bearer sk-one"));
+  EXPECT_TRUE(keys.allows("bearer sk-two"));
+  EXPECT_TRUE(keys.allows("Bearer  sk-two "));
+  EXPECT_FALSE(keys.allows(""));
+  EXPECT_FALSE(keys.allows("sk-one"));
+  EXPECT_FALSE(keys.allows("Bearer"));
+  EXPECT_FALSE(keys.allows("Bearer "));
+  EXPECT_FALSE(keys.allows("Bearer sk-on"));
+  EXPECT_FALSE(keys.allows("Bearer sk-one2"));
+  EXPECT_FALSE(keys.allows("Basic sk-one"));
+  EXPECT_THROW(keys.add(""), InvalidArgument);
+  EXPECT_THROW(keys.add("has space"), InvalidArgument);
+  test::TempDir dir;
+  test::write_bytes(dir.file("keys"), "# team keys\n\n  sk-file  \nsk-other\n");
+  ApiKeys from_file;
+  from_file.add_file(dir.file("keys"));
+  EXPECT_EQ(from_file.size(), 2u);
+  EXPECT_TRUE(from_file.allows("Bearer sk-file"));
+  EXPECT_FALSE(from_file.allows("Bearer # team keys"));
+  test::write_bytes(dir.file("empty"), "# nothing\n");
+  EXPECT_NE(test::message_of<Error>([&] { ApiKeys().add_file(dir.file("empty")); }).find(dir.file("empty")),
+            std::string::npos);
+  test::write_bytes(dir.file("bad"), "sk-ok\nsk bad\n");
+  EXPECT_NE(test::message_of<Error>([&] { ApiKeys().add_file(dir.file("bad")); }).find(dir.file("bad") + ":2:"),
+            std::string::npos);
+  for (const char* h : {"127.0.0.1", "127.1.2.3", "::1", "localhost"}) EXPECT_TRUE(is_loopback(h)) << h;
+  for (const char* h : {"0.0.0.0", "::", "10.0.0.1", "192.168.1.5", "example.com"}) EXPECT_FALSE(is_loopback(h)) << h;
+}
+
+TEST(ServeMetrics, PrometheusTextOfKnownFigures) {
+  Histogram h({0.1, 1});
+  for (double v : {0.05, 0.1, 0.5, 2.0}) h.observe(v);
+  EXPECT_EQ(h.counts(), (std::vector<int64_t>{2, 1, 1}));  // le semantics: 0.1 falls in the 0.1 bucket
+  EXPECT_DOUBLE_EQ(h.sum(), 2.65);
+  EngineMetrics m;
+  m.prompt_tokens = 30;
+  m.generated_tokens = 12;
+  m.finished["stop"] = 2;
+  m.time_to_first_token.observe(0.3);
+  m.totals.rounds = 4;
+  m.totals.accepted = 6;
+  m.totals.drafted = 10;
+  m.totals.lookup_rounds = 1;
+  m.totals.reached_by_position = {4, 2};
+  m.totals.accepted_by_position = {3, 1};
+  m.verify_length.observe(3);
+  const std::string t = prometheus_text("sm\"ol", true, m, ServerGauges{2, 1, 8, 32},
+                                        {{{"/v1/completions", 200}, 3}, {{"/v1/models", 401}, 1}});
+  auto has = [&](const std::string& line) {
+    EXPECT_NE(t.find("\n" + line + "\n"), std::string::npos) << "missing: " << line << "\n" << t;
+  };
+  has(R"(dspark_requests_total{model="sm\"ol",route="/v1/completions",status="200"} 3)");
+  has(R"(dspark_requests_total{model="sm\"ol",route="/v1/models",status="401"} 1)");
+  has(R"(dspark_requests_finished_total{model="sm\"ol",reason="stop"} 2)");
+  has(R"(dspark_prompt_tokens_total{model="sm\"ol"} 30)");
+  has(R"(dspark_generation_tokens_total{model="sm\"ol"} 12)");
+  has(R"(dspark_requests_active{model="sm\"ol"} 2)");
+  has(R"(dspark_requests_queued{model="sm\"ol"} 1)");
+  has(R"(dspark_slots{model="sm\"ol"} 8)");
+  has("# TYPE dspark_time_to_first_token_seconds histogram");
+  has(R"(dspark_time_to_first_token_seconds_bucket{model="sm\"ol",le="0.2"} 0)");
+  has(R"(dspark_time_to_first_token_seconds_bucket{model="sm\"ol",le="0.3"} 1)");
+  has(R"(dspark_time_to_first_token_seconds_bucket{model="sm\"ol",le="+Inf"} 1)");
+  has(R"(dspark_time_to_first_token_seconds_count{model="sm\"ol"} 1)");
+  has(R"(dspark_spec_tau{model="sm\"ol"} 2.5)");  // (6 + 4) / 4
+  has(R"(dspark_spec_acceptance_ratio{model="sm\"ol",position="0"} 0.75)");
+  has(R"(dspark_spec_acceptance_ratio{model="sm\"ol",position="1"} 0.5)");
+  has(R"(dspark_spec_lookup_share{model="sm\"ol"} 0.25)");
+  has(R"(dspark_spec_verify_length_bucket{model="sm\"ol",le="2"} 0)");
+  has(R"(dspark_spec_verify_length_bucket{model="sm\"ol",le="3"} 1)");
+  has(R"(dspark_spec_draft_tokens_total{model="sm\"ol"} 10)");
+  // Every sample line is "name{labels} value", and every name has a TYPE.
+  std::istringstream lines(t);
+  std::set<std::string> typed;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("# TYPE ", 0) == 0) typed.insert(line.substr(7, line.find(' ', 7) - 7));
+    if (line.empty() || line[0] == '#') continue;
+    const std::string name = line.substr(0, line.find('{'));
+    const bool known = typed.count(name) || typed.count(name.substr(0, name.rfind('_')));
+    EXPECT_TRUE(known) << line;
+    EXPECT_NE(line.find("} "), std::string::npos) << line;
+  }
+}
+
 // ---- the engine on a tiny random Llama ----------------------------------------------
 
 class ServeEngine : public ::testing::Test {
@@ -737,6 +838,79 @@ TEST_F(ServeEngine, UnreadRequestIsCancelledAndFreesItsSlot) {
   EXPECT_LT(abandoned->outcome().completion_tokens, 240);
 }
 
+TEST_F(ServeEngine, WaitQueueIsBounded) {
+  EngineOptions eo;
+  eo.parallel = 1;
+  eo.max_queue = 1;
+  Engine engine(*model_->target, *model_->tokenizer, nullptr, eo);
+  auto running = engine.submit(prompt(1), greedy(240, false), {});
+  auto waiting = engine.submit(prompt(2), greedy(3, false), {});
+  // One request waits beyond the one slot: the next is refused, whether or
+  // not the engine has admitted the first yet.
+  EXPECT_THROW(engine.submit(prompt(3), greedy(3, false), {}), QueueFull);
+  EXPECT_TRUE(engine.load().full());
+  running->cancel();
+  EXPECT_EQ(waiting->wait(), alone(prompt(2), 3).second);
+  EXPECT_FALSE(engine.load().full());
+  auto later = engine.submit(prompt(3), greedy(3, false), {});
+  EXPECT_EQ(later->wait(), alone(prompt(3), 3).second);
+  EngineOptions negative;
+  negative.max_queue = -1;
+  EXPECT_THROW(Engine(*model_->target, *model_->tokenizer, nullptr, negative), InvalidArgument);
+}
+
+TEST_F(ServeEngine, DeadlinesEndQueuedAndRunningRequests) {
+  EngineOptions eo;
+  eo.parallel = 1;
+  Engine engine(*model_->target, *model_->tokenizer, nullptr, eo);
+  const auto now = std::chrono::steady_clock::now();
+  // Running: ends at its deadline with the text so far (a prefix of the
+  // text it would have produced).
+  auto running = engine.submit(prompt(1), greedy(240, false), {}, now + 30ms);
+  // Queued behind it with a deadline that passes first: never gets the slot.
+  auto queued = engine.submit(prompt(2), greedy(3, false), {}, now + 1ms);
+  const std::string text = running->wait();
+  EXPECT_EQ(running->outcome().reason, FinishReason::Deadline);
+  EXPECT_TRUE(running->outcome().admitted);
+  EXPECT_LT(running->outcome().completion_tokens, 240);
+  EXPECT_EQ(alone(prompt(1), 240).second.rfind(text, 0), 0u);
+  queued->wait();
+  EXPECT_EQ(queued->outcome().reason, FinishReason::Deadline);
+  EXPECT_FALSE(queued->outcome().admitted);
+  EXPECT_EQ(queued->outcome().completion_tokens, 0);
+  const EngineMetrics m = engine.metrics();
+  EXPECT_EQ(m.finished.at("deadline"), 2);
+}
+
+TEST_F(ServeEngine, MetricsCountWhatRequestsDid) {
+  EngineOptions eo;
+  eo.parallel = 3;
+  Engine engine(*model_->target, *model_->tokenizer, drafter_, eo);
+  std::vector<std::shared_ptr<Request>> reqs;
+  for (int i = 0; i < 3; ++i) reqs.push_back(engine.submit(prompt(i), greedy(6 + i, false), {}));
+  int64_t tokens = 0, prompts = 0;
+  GenerateStats spec;
+  for (auto& r : reqs) {
+    r->wait();
+    tokens += r->outcome().completion_tokens;
+    prompts += r->outcome().prompt_tokens;
+    spec += r->outcome().stats;
+  }
+  const EngineMetrics m = engine.metrics();
+  EXPECT_EQ(tokens, 6 + 7 + 8);
+  EXPECT_EQ(m.generated_tokens, tokens);
+  EXPECT_EQ(m.prompt_tokens, prompts);
+  EXPECT_EQ(m.finished.at("length"), 3);
+  EXPECT_EQ(m.time_to_first_token.count(), 3);
+  EXPECT_EQ(m.time_per_output_token.count(), tokens - 3);  // intervals between a request's tokens
+  EXPECT_EQ(m.queue_time.count(), 3);
+  EXPECT_EQ(m.totals.rounds, spec.rounds);
+  EXPECT_EQ(m.totals.accepted, spec.accepted);
+  EXPECT_EQ(m.verify_length.count(), spec.rounds);  // one observation per round
+  EXPECT_DOUBLE_EQ(m.verify_length.sum(), static_cast<double>(spec.drafted));
+  EXPECT_EQ(m.steps, engine.load().steps);
+}
+
 TEST_F(ServeEngine, ShutdownEndsEveryRequest) {
   EngineOptions eo;
   eo.parallel = 1;
@@ -794,27 +968,30 @@ bool ensure_openai_client(std::string& why) {
 }
 
 // GET /health on 127.0.0.1:port; true on HTTP 200.
-bool health_ok(int port) {
+// GET /health on 127.0.0.1:port: the whole response ("" when none came).
+std::string get_health(int port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return false;
+  if (fd < 0) return "";
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(port));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bool ok = false;
+  std::string reply;
   timeval tv{5, 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
     const std::string req = "GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
     if (::send(fd, req.data(), req.size(), 0) == static_cast<ssize_t>(req.size())) {
-      char buf[256];
-      const ssize_t n = ::recv(fd, buf, sizeof buf - 1, 0);
-      ok = n > 12 && std::string(buf, static_cast<size_t>(n)).rfind("HTTP/1.1 200", 0) == 0;
+      char buf[1024];
+      for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) reply.append(buf, static_cast<size_t>(n));
     }
   }
   ::close(fd);
-  return ok;
+  return reply;
 }
+
+// GET /health answers 200 (the server is ready).
+bool health_ok(int port) { return get_health(port).rfind("HTTP/1.1 200", 0) == 0; }
 
 // A `dspark serve` child process on a free port, stopped with SIGTERM.
 class ServerProcess {
@@ -879,6 +1056,16 @@ class ServerProcess {
     return -1;
   }
 
+  pid_t pid() const { return pid_; }
+  // The port from the "listening on" line once it is there (-1 before).
+  int port() {
+    const std::regex re(R"(listening on http://[^:]+:(\d+))");
+    std::smatch m;
+    const std::string text = log();
+    if (port_ < 0 && std::regex_search(text, m, re)) port_ = std::stoi(m[1]);
+    return port_;
+  }
+
   std::string log() const {
     std::ifstream f(log_);
     return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
@@ -901,9 +1088,14 @@ class ServeOpenAI : public ::testing::Test {
 
   // Starts a server with `args`, runs the client checks of `suite`, stops
   // the server with SIGTERM and expects a clean exit.
+  // Starts a server with `args`, runs the client checks of `suite` (with
+  // `client_args`; "{pid}" becomes the server's process id), stops the
+  // server with SIGTERM and expects a clean exit.
   void run_suite(const std::vector<std::string>& args, const std::string& suite, const std::string& only = "",
-                 const std::string& client_args = "") {
+                 std::string client_args = "") {
     ServerProcess server(args, tmp_.file("server" + std::to_string(servers_++) + ".log"));
+    if (const size_t at = client_args.find("{pid}"); at != std::string::npos)
+      client_args.replace(at, 5, std::to_string(server.pid()));
     std::string why;
     const int port = server.wait_ready(why);
     ASSERT_GT(port, 0) << why;
@@ -972,6 +1164,66 @@ TEST_F(ServeOpenAI, LogprobsEqualSpeculativeAndPlain) {
   const std::string file = "--logprobs-file " + tmp_.file("logprobs.json");
   run_suite({"-m", "smollm2", "--drafter", "none", "-t", "2"}, "logprobs", "", file);
   run_suite({"-m", "smollm2", "-t", "2", "--sps", "none"}, "logprobs", "", file);
+}
+
+TEST_F(ServeOpenAI, ApiKeysGuardEveryModelRoute) {
+  const std::string keys = tmp_.file("keys.txt");
+  test::write_bytes(keys, "# one per line\nsk-test-file\n");
+  run_suite({"-m", "smollm2", "--drafter", "none", "-t", "2", "--api-key", "sk-test-one", "--api-key-file", keys},
+            "auth");
+}
+
+TEST_F(ServeOpenAI, WarnsWhenListeningBeyondLoopbackWithoutAKey) {
+  // The warning comes before the model loads (this one does not exist).
+  for (const bool with_key : {false, true}) {
+    const std::string log = tmp_.file("beyond.log");
+    const std::string cmd = std::string(DSPARK_BINARY) + " serve -m " + tmp_.file("missing.gguf") +
+                            " --host 0.0.0.0 --port 0" + (with_key ? " --api-key sk-x" : "") + " >" + log + " 2>&1";
+    const int rc = std::system(cmd.c_str());
+    EXPECT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 2) << test::read_bytes(log);
+    EXPECT_EQ(test::read_bytes(log).find("warning: listening on 0.0.0.0 without an API key") != std::string::npos,
+              !with_key)
+        << test::read_bytes(log);
+  }
+}
+
+TEST_F(ServeOpenAI, MetricsQueueBoundAndDeadlines) {
+  run_suite({"-m", "smollm2", "--drafter", "none", "--parallel", "1", "--max-queue", "1", "-t", "2"}, "ops");
+}
+
+TEST_F(ServeOpenAI, HealthSaysLoadingThenReady) {
+  // From the moment it listens until the model is attached /health answers
+  // 503 "loading", then 200 "ready"; never anything else in between.
+  ServerProcess server({"-m", "smollm2", "-t", "2", "--drafter", "none"}, tmp_.file("loading.log"));
+  std::vector<std::string> seen;
+  for (int i = 0; i < 3000 * test::slowdown() && (seen.empty() || seen.back() != "200 ready"); ++i) {
+    if (server.port() < 0) {
+      std::this_thread::sleep_for(5ms);
+      continue;
+    }
+    const std::string reply = get_health(server.port());
+    std::smatch m;
+    if (std::regex_search(reply, m, std::regex(R"re(^HTTP/1.1 (\d+)[\s\S]*"status":"([a-z ]+)")re"))) {
+      const std::string answer = m[1].str() + " " + m[2].str();
+      if (seen.empty() || seen.back() != answer) seen.push_back(answer);
+    }
+    std::this_thread::sleep_for(5ms);
+  }
+  ASSERT_FALSE(seen.empty()) << server.log();
+  EXPECT_EQ(seen.back(), "200 ready") << server.log();
+  for (size_t i = 0; i + 1 < seen.size(); ++i) EXPECT_EQ(seen[i], "503 loading");
+  std::cout << "health answers seen: " << seen.size() << " (" << seen.front() << " first)\n";
+  EXPECT_EQ(server.stop(), 0) << server.log();
+}
+
+TEST_F(ServeOpenAI, SigtermMidStreamFinishesThenExitsZero) {
+  // Within --shutdown-timeout the stream ends normally; beyond it, with an
+  // error event; [DONE] and exit status 0 either way (run_suite's stop()
+  // finds the process already exited).
+  run_suite({"-m", "smollm2", "--drafter", "none", "-t", "2", "--shutdown-timeout", "300"}, "shutdown", "",
+            "--pid {pid}");
+  run_suite({"-m", "smollm2", "--drafter", "none", "-t", "2", "--shutdown-timeout", "1"}, "shutdown", "",
+            "--pid {pid} --expect-cancel");
 }
 
 TEST_F(ServeOpenAI, ClientDisconnectFreesSlot) {

@@ -2,8 +2,12 @@
 // decoding across requests (docs/serving.md).
 #include <pthread.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -13,6 +17,7 @@
 #include "drafter_options.hpp"
 #include "dspark/error.hpp"
 #include "dspark/model/loaded_model.hpp"
+#include "dspark/serve/auth.hpp"
 #include "dspark/serve/engine.hpp"
 #include "dspark/serve/server.hpp"
 #include "dspark/speculative/sps_profile.hpp"
@@ -49,6 +54,26 @@ class ServeCommand : public Command {
     // Requests that name a seed always get seed-stable text; this is the
     // rule of the others ("auto": kUnseededRule).
     rule_.add(*app_, nullptr);
+    app_->add_option("--api-key", api_keys_,
+                     "API key clients must send as 'Authorization: Bearer KEY' on /v1/* (repeatable, or "
+                     "comma-separated as llama.cpp takes them; /health and /metrics stay open)")
+        ->delimiter(',');
+    app_->add_option("--api-key-file", api_key_file_, "a file of API keys, one per line");
+    app_->add_option("--max-queue", max_queue_,
+                     "requests that may wait for a slot; beyond them a request gets 503 with Retry-After "
+                     "(0: no limit)")
+        ->check(non_negative_integer())
+        ->capture_default_str();
+    app_->add_option("--shutdown-timeout", shutdown_timeout_,
+                     "on SIGTERM/SIGINT: seconds requests in flight may take to finish before they are "
+                     "cancelled (a second signal cancels them at once)")
+        ->check(CLI::Range(0.0, 86400.0))
+        ->capture_default_str();
+    app_->add_option("--deadline", deadline_,
+                     "seconds after arrival by which a request ends (its \"deadline_ms\" field overrides it; "
+                     "0: none)")
+        ->check(CLI::Range(0.0, 86400.0))
+        ->capture_default_str();
     app_->add_option("--prefill-budget", prefill_budget_,
                      "chunked prefill: prompt work per step in target-row equivalents (a token at context c "
                      "costs 1 + c/L; 0: whole prompts)")
@@ -60,25 +85,6 @@ class ServeCommand : public Command {
   int run() override {
     sampling_.validate();
     sampling_.rule = rule_.resolve();
-    // SIGINT/SIGTERM are taken by one thread with sigwait(); block them here,
-    // before any other thread starts, so every thread inherits the mask.
-    sigset_t stop_signals;
-    sigemptyset(&stop_signals);
-    sigaddset(&stop_signals, SIGINT);
-    sigaddset(&stop_signals, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-
-    model_.apply_threads();
-    LoadedModel m = LoadedModel::load(model_.model, model_.compute_mode());
-    const auto drafter = drafter_.load(model_.model, *m.target);
-
-    serve::EngineOptions eo;
-    eo.parallel = parallel_;
-    eo.spec = drafter_.spec();
-    eo.prefill_budget = prefill_budget_;
-    if (drafter || eo.spec.lookup.enabled()) eo.sps = sps_curve(*m.target, drafter.get());
-    serve::Engine engine(*m.target, *m.tokenizer, drafter.get(), eo);
-
     serve::ServerOptions so;
     so.host = host_;
     so.port = port_;
@@ -86,30 +92,90 @@ class ServeCommand : public Command {
     so.ctx_size = model_.ctx_size;
     so.default_max_tokens = n_predict_;
     so.defaults = sampling_;
+    so.parallel = parallel_;
     so.http_threads = http_threads_;
-    serve::Server server(m, engine, so);
-    const int port = server.bind();
+    so.default_deadline = std::chrono::milliseconds(static_cast<int64_t>(deadline_ * 1000));
+    for (const std::string& k : api_keys_) so.api_keys.add(k);
+    if (!api_key_file_.empty()) so.api_keys.add_file(api_key_file_);
 
-    std::thread signals([&] {
-      int sig = 0;
-      sigwait(&stop_signals, &sig);
-      engine.shutdown();
-      server.stop();
+    // SIGINT/SIGTERM are taken with sigwait() below; block them here, before
+    // any other thread starts, so every thread inherits the mask.
+    sigset_t stop_signals;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGINT);
+    sigaddset(&stop_signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+    // Listen first: while the model loads, /health says "loading" (as
+    // llama.cpp's server does), so a load balancer can tell it apart from
+    // a dead replica.
+    serve::Server server(so);
+    const int port = server.bind();
+    if (!serve::is_loopback(host_) && so.api_keys.empty())
+      std::cerr << "warning: listening on " << host_ << " without an API key: anyone who reaches port " << port
+                << " can use the model (--api-key or --api-key-file)" << std::endl;
+    std::cerr << "dspark serve: listening on http://" << host_ << ":" << port << " (loading " << so.model_name
+              << ")" << std::endl;
+    std::atomic<bool> draining{false};
+    std::thread http([&] {
+      server.listen();
+      // A listening socket that fails ends the server too: wake sigwait.
+      if (!draining) kill(getpid(), SIGTERM);
     });
+    struct Join {
+      serve::Server& server;
+      std::thread& http;
+      ~Join() {
+        server.stop();
+        if (http.joinable()) http.join();
+      }
+    } join{server, http};
+
+    model_.apply_threads();
+    LoadedModel m = LoadedModel::load(model_.model, model_.compute_mode());
+    const auto drafter = drafter_.load(model_.model, *m.target);
+    serve::EngineOptions eo;
+    eo.parallel = parallel_;
+    eo.spec = drafter_.spec();
+    eo.prefill_budget = prefill_budget_;
+    eo.max_queue = max_queue_;
+    if (drafter || eo.spec.lookup.enabled()) eo.sps = sps_curve(*m.target, drafter.get());
+    serve::Engine engine(*m.target, *m.tokenizer, drafter.get(), eo);
+    server.attach(m, engine);
     std::cerr << "dspark serve: " << so.model_name << " ("
-              << (drafter || eo.spec.lookup.enabled() ? (eo.sps.empty() ? "speculative" : "speculative, scheduled")
-                                                      : "plain")
-              << ", parallel " << parallel_ << ") listening on http://" << host_ << ":" << port
+              << (engine.speculative() ? (eo.sps.empty() ? "speculative" : "speculative, scheduled") : "plain")
+              << ", parallel " << parallel_ << ", max queue " << max_queue_
+              << (so.api_keys.empty() ? "" : ", API keys " + std::to_string(so.api_keys.size())) << ") ready"
               << std::endl;
-    server.listen();
-    // listen() also returns when the socket fails; wake the signal thread.
-    pthread_kill(signals.native_handle(), SIGTERM);
-    signals.join();
+
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    draining = true;
+    drain(server, engine, stop_signals);
+    http.join();  // every connection closed: nothing uses the engine any more
     std::cerr << "dspark serve: stopped" << std::endl;
     return 0;
   }
 
  private:
+  // Graceful shutdown: no new connections or requests; what is in flight
+  // gets --shutdown-timeout to finish (a second signal ends the wait), then
+  // the rest is cancelled — streams end with an error event and [DONE],
+  // other requests get 503. Returns once every connection has closed.
+  void drain(serve::Server& server, serve::Engine& engine, const sigset_t& signals) const {
+    server.drain();
+    std::cerr << "dspark serve: shutting down (" << shutdown_timeout_ << " s for requests in flight)" << std::endl;
+    const auto until =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(shutdown_timeout_ * 1000));
+    while (std::chrono::steady_clock::now() < until) {
+      const serve::EngineLoad l = engine.load();
+      if (l.active == 0 && l.queued == 0) break;
+      const timespec poll{0, 100'000'000};
+      if (sigtimedwait(&signals, nullptr, &poll) > 0) break;
+    }
+    engine.shutdown();
+  }
+
   // The SPS curve the --sps option asks for (empty: no scheduling).
   std::vector<double> sps_curve(TargetModel& target, const Drafter* drafter) const {
     if (sps_ == "none") return {};
@@ -154,6 +220,11 @@ class ServeCommand : public Command {
   int64_t n_predict_ = 256;
   std::string sps_ = "auto";
   std::string alias_;
+  std::vector<std::string> api_keys_;
+  std::string api_key_file_;
+  int max_queue_ = 32;
+  double shutdown_timeout_ = 20;
+  double deadline_ = 0;
   int http_threads_ = 0;
 };
 

@@ -295,6 +295,10 @@ ApiRequest parse_request(std::string_view body, Endpoint endpoint, const Samplin
     throw RequestError("'n' must be 1 (one choice per request), got " + std::to_string(*n), "n");
   r.stop = parse_stop(j);
   r.top_logprobs = parse_logprobs(j, endpoint);
+  if (auto d = get_int(j, "deadline_ms")) {
+    if (*d < 1) throw RequestError("'deadline_ms' must be at least 1 (milliseconds), got " + std::to_string(*d), "deadline_ms");
+    r.deadline_ms = *d;
+  }
   r.stream = get_bool(j, "stream").value_or(false);
   if (const json* so = field(j, "stream_options")) {
     if (!so->is_object()) wrong_type("stream_options", "an object", *so);
@@ -334,6 +338,7 @@ nlohmann::json spec_stats_json(const RequestOutcome& o) {
           {"lookup_accepted", s.lookup_accepted},
           {"target_calls", s.target_calls},
           {"acceptance_by_position", s.acceptance_by_position()},
+          {"deadline_exceeded", o.reason == FinishReason::Deadline},
           {"prefill_ms", s.prefill_s * 1e3},
           {"decode_ms", s.decode_s * 1e3}};
 }
@@ -411,30 +416,11 @@ RequestOutcome combined(const std::vector<RequestOutcome>& outcomes) {
   RequestOutcome all;
   if (outcomes.empty()) return all;
   all.reason = outcomes.front().reason;
-  GenerateStats& t = all.stats;
   for (const RequestOutcome& o : outcomes) {
     all.prompt_tokens += o.prompt_tokens;
     all.completion_tokens += o.completion_tokens;
     all.speculative = all.speculative || o.speculative;
-    const GenerateStats& s = o.stats;
-    t.prompt_tokens += s.prompt_tokens;
-    t.generated_tokens += s.generated_tokens;
-    t.prefill_s += s.prefill_s;
-    t.decode_s += s.decode_s;
-    t.target_calls += s.target_calls;
-    t.drafted += s.drafted;
-    t.accepted += s.accepted;
-    t.rounds += s.rounds;
-    t.lookup_rounds += s.lookup_rounds;
-    t.lookup_drafted += s.lookup_drafted;
-    t.lookup_accepted += s.lookup_accepted;
-    t.draft_s += s.draft_s;
-    t.verify_s += s.verify_s;
-    for (auto [from, to] : {std::pair{&s.reached_by_position, &t.reached_by_position},
-                            std::pair{&s.accepted_by_position, &t.accepted_by_position}}) {
-      if (to->size() < from->size()) to->resize(from->size(), 0);
-      for (size_t k = 0; k < from->size(); ++k) (*to)[k] += (*from)[k];
-    }
+    all.stats += o.stats;
   }
   return all;
 }

@@ -25,6 +25,7 @@ const char* to_string(FinishReason r) {
     case FinishReason::Length: return "length";
     case FinishReason::Cancelled: return "cancelled";
     case FinishReason::Error: return "error";
+    case FinishReason::Deadline: return "deadline";
   }
   return "error";
 }
@@ -95,7 +96,18 @@ struct Engine::Slot {
   std::string error;
 
   bool logprobs = false;      // the request asked for log-probabilities
+  bool expired = false;       // its deadline passed
+  bool admitted = false;      // it got a slot
   const tok::Tokenizer& tokenizer;
+  // Timing, for the metrics: arrival, deadline, the last token; and what
+  // the session has emitted or verified since the metrics last looked.
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point submitted = Clock::now();
+  std::optional<Clock::time_point> deadline;
+  std::optional<Clock::time_point> last_token;
+  std::optional<double> ttft;              // seconds, set by the first token
+  std::vector<double> token_intervals;     // seconds between later tokens
+  int64_t seen_rounds = 0, seen_drafted = 0;
 
   Slot(const tok::Tokenizer& t, std::vector<std::string> stop)
       : decoder(t), matcher(std::move(stop)), tokenizer(t) {}
@@ -110,6 +122,10 @@ struct Engine::Slot {
 
   // Called by the session for every emitted token; false ends generation.
   bool on_token(TokenId id) {
+    const auto now = Clock::now();
+    if (last_token) token_intervals.push_back(std::chrono::duration<double>(now - *last_token).count());
+    else ttft = std::chrono::duration<double>(now - submitted).count();
+    last_token = now;
     try {
       const std::string out = matcher.push(decoder.push(id));
       if (logprobs) {
@@ -138,16 +154,20 @@ Engine::Engine(TargetModel& target, const tok::Tokenizer& tokenizer, const Draft
   SpecOptions policy = opts_.spec;
   policy.sps = drafter_ || opts_.spec.lookup.enabled() ? opts_.sps : std::vector<double>{};
   runner_ = std::make_unique<BatchRunner>(target_, drafter_, policy, RunnerOptions{opts_.prefill_budget});
+  if (opts_.max_queue < 0) throw InvalidArgument("max_queue must be >= 0, got " + std::to_string(opts_.max_queue));
   load_.parallel = opts_.parallel;
+  load_.max_queue = opts_.max_queue;
   thread_ = std::thread([this] { run(); });
 }
 
 Engine::~Engine() { shutdown(); }
 
 std::shared_ptr<Request> Engine::submit(std::vector<TokenId> prompt, GenerateOptions opts,
-                                        std::vector<std::string> stop) {
+                                        std::vector<std::string> stop,
+                                        std::optional<std::chrono::steady_clock::time_point> deadline) {
   if (opts.on_token) throw InvalidArgument("submit: on_token must be empty");
   auto slot = std::make_unique<Slot>(tokenizer_, std::move(stop));
+  slot->deadline = deadline;
   Slot* s = slot.get();
   opts.on_token = [s](TokenId id) { return s->on_token(id); };
   slot->prompt_len = static_cast<int64_t>(prompt.size());
@@ -157,6 +177,11 @@ std::shared_ptr<Request> Engine::submit(std::vector<TokenId> prompt, GenerateOpt
   {
     std::lock_guard lk(mu_);
     if (stopping_) throw Error("the server is shutting down");
+    load_.queued = static_cast<int>(queue_.size());
+    if (load_.full())
+      throw QueueFull(std::to_string(load_.waiting()) + " requests already wait for one of the " +
+                      std::to_string(opts_.parallel) + " slots (the limit is " + std::to_string(opts_.max_queue) +
+                      "); retry later");
     queue_.push_back(std::move(slot));
     load_.queued = static_cast<int>(queue_.size());
   }
@@ -179,20 +204,75 @@ EngineLoad Engine::load() const {
   return load_;
 }
 
+EngineMetrics Engine::metrics() const {
+  std::lock_guard lk(metrics_mu_);
+  EngineMetrics m = metrics_;
+  m.steps = load().steps;
+  return m;
+}
+
+bool Engine::speculative() const { return drafter_ != nullptr || opts_.spec.lookup.enabled(); }
+
+std::vector<std::unique_ptr<Engine::Slot>> Engine::admit(std::vector<std::unique_ptr<Slot>>& active) {
+  std::vector<std::unique_ptr<Slot>> gone;
+  const auto now = std::chrono::steady_clock::now();
+  // Requests whose client left or whose deadline passed never take a slot.
+  for (auto& s : queue_) {
+    if (s->deadline && now >= *s->deadline) s->expired = true;
+    if (s->expired || s->req->cancel_requested()) {
+      s->session->cancel();
+      gone.push_back(std::move(s));
+    }
+  }
+  std::erase(queue_, nullptr);
+  std::vector<double> waited;
+  while (static_cast<int>(active.size()) < opts_.parallel && !queue_.empty()) {
+    Slot& s = *queue_.front();
+    s.admitted = true;
+    waited.push_back(std::chrono::duration<double>(now - s.submitted).count());
+    active.push_back(std::move(queue_.front()));
+    queue_.pop_front();
+  }
+  std::lock_guard lk(metrics_mu_);
+  for (double w : waited) metrics_.queue_time.observe(w);
+  return gone;
+}
+
+void Engine::record_step(std::vector<std::unique_ptr<Slot>>& active) {
+  std::lock_guard lk(metrics_mu_);
+  EngineMetrics& m = metrics_;
+  for (auto& s : active) {
+    if (s->ttft) {
+      m.time_to_first_token.observe(*s->ttft);
+      m.prompt_tokens += s->prompt_len;
+      ++m.generated_tokens;
+      s->ttft.reset();
+    }
+    for (double dt : s->token_intervals) m.time_per_output_token.observe(dt);
+    m.generated_tokens += static_cast<int64_t>(s->token_intervals.size());
+    s->token_intervals.clear();
+    // One round per step: the drafted length it verified.
+    const GenerateStats& st = s->session->result().stats;
+    if (st.rounds == s->seen_rounds + 1) m.verify_length.observe(static_cast<double>(st.drafted - s->seen_drafted));
+    s->seen_rounds = st.rounds;
+    s->seen_drafted = st.drafted;
+  }
+}
+
 void Engine::run() {
-  std::vector<std::unique_ptr<Slot>> active;
+  std::vector<std::unique_ptr<Slot>> active, expired;
   for (;;) {
     {
       std::unique_lock lk(mu_);
       cv_.wait(lk, [&] { return stopping_ || !queue_.empty() || !active.empty(); });
       if (stopping_) break;
-      while (static_cast<int>(active.size()) < opts_.parallel && !queue_.empty()) {
-        active.push_back(std::move(queue_.front()));
-        queue_.pop_front();
-      }
+      expired = admit(active);
       load_.active = static_cast<int>(active.size());
       load_.queued = static_cast<int>(queue_.size());
+      load_.completed += static_cast<int64_t>(expired.size());
     }
+    for (auto& s : expired) finish(*s);
+    expired.clear();
     try {
       step(active);
     } catch (const std::exception& e) {
@@ -201,6 +281,7 @@ void Engine::run() {
       for (auto& s : active)
         if (!s->session->finished()) fail(*s, std::string("internal error: ") + e.what());
     }
+    record_step(active);
     std::vector<std::unique_ptr<Slot>> ended;
     for (auto& s : active)
       if (s->session->finished() || s->failed) ended.push_back(std::move(s));
@@ -238,6 +319,10 @@ void Engine::step(std::vector<std::unique_ptr<Slot>>& active) {
   std::vector<SpecSession*> sessions;
   const auto now = std::chrono::steady_clock::now();
   for (auto& s : active) {
+    if (s->deadline && now >= *s->deadline && !s->session->finished()) {
+      s->expired = true;
+      s->session->cancel();
+    }
     if (opts_.unread_timeout.count() > 0 && !s->session->finished() &&
         s->req->unread_since(now, opts_.unread_timeout)) {
       s->unread = true;
@@ -285,6 +370,10 @@ void Engine::finish(Slot& slot) {
     } else if (slot.req->cancel_requested()) {
       o.reason = FinishReason::Cancelled;
       o.error = "cancelled";
+    } else if (slot.expired) {
+      o.reason = FinishReason::Deadline;
+      o.error = slot.admitted ? "the request's deadline passed while it was decoded"
+                              : "the request's deadline passed while it waited for a slot";
     } else {
       o.reason = FinishReason::Length;
     }
@@ -292,7 +381,14 @@ void Engine::finish(Slot& slot) {
   o.prompt_tokens = slot.prompt_len;
   o.completion_tokens = static_cast<int64_t>(res.tokens.size());
   o.stats = res.stats;
-  o.speculative = drafter_ != nullptr || opts_.spec.lookup.enabled();
+  o.speculative = speculative();
+  o.admitted = slot.admitted;
+  {
+    std::lock_guard lk(metrics_mu_);
+    EngineMetrics& m = metrics_;
+    ++m.finished[to_string(o.reason)];
+    m.totals += res.stats;
+  }
   slot.req->complete(tail, std::move(o));
 }
 

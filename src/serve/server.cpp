@@ -17,12 +17,14 @@ namespace dspark::serve {
 
 struct Server::Impl {};
 
-Server::Server(const LoadedModel&, Engine&, ServerOptions) {
+Server::Server(ServerOptions) {
   throw Error("this dspark was built without cpp-httplib (libcpp-httplib-dev): serve is unavailable");
 }
 Server::~Server() = default;
 int Server::bind() { return -1; }
 void Server::listen() {}
+void Server::attach(const LoadedModel&, Engine&) {}
+void Server::drain() {}
 void Server::stop() {}
 
 }  // namespace dspark::serve
@@ -39,12 +41,16 @@ void Server::stop() {}
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cmath>
 #include <mutex>
 #include <random>
+#include <sys/socket.h>
 
 #include "dspark/serve/api.hpp"
+#include "dspark/serve/metrics.hpp"
 #include "dspark/serve/request_checks.hpp"
 #include "peer_socket.hpp"
+#include "sse_stream.hpp"
 
 namespace dspark::serve {
 
@@ -57,15 +63,17 @@ constexpr const char* kJson = "application/json";
 // Exactly this type: httplib leaves text/event-stream uncompressed, so every
 // chunk reaches the client as soon as it is written.
 constexpr const char* kEventStream = "text/event-stream";
-// How long a streaming response waits for text before writing an SSE comment
-// (which also detects a client that went away while its request was queued).
-constexpr std::chrono::milliseconds kKeepAlive{2000};
 constexpr size_t kMaxBody = size_t{64} << 20;  // bytes of one request body
 // How often a non-streaming request checks that its client is still there.
 constexpr std::chrono::milliseconds kClientCheck{200};
-// How long a stream of several choices waits on one of them before looking
-// at the next.
-constexpr std::chrono::milliseconds kMultiPoll{20};
+// The route label of /metrics: the known paths, "other" for the rest.
+std::string route_label(const std::string& path) {
+  static const char* kKnown[] = {"/health", "/metrics", "/v1/models", "/v1/completions", "/v1/chat/completions",
+                                 "/tokenize", "/detokenize"};
+  for (const char* k : kKnown)
+    if (path == k) return k;
+  return "other";
+}
 
 void send_json(httplib::Response& res, int status, const json& body) {
   res.status = status;
@@ -81,97 +89,51 @@ int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(Clock::now().time_since_epoch()).count();
 }
 
-// What a streaming response keeps between calls of its content provider.
-struct StreamState {
-  struct ChoiceStream {
-    std::shared_ptr<Request> req;
-    bool ended = false;
-    int64_t text_offset = 0;  // characters sent, for completions logprobs
-  };
-  std::vector<ChoiceStream> choices;
-  ResponseMeta meta;
-  bool include_usage = false;
-  bool logprobs = false;
-  bool started = false;
-  bool done = false;
-  std::vector<RequestOutcome> outcomes;
-
-  void cancel() {
-    for (auto& c : choices) c.req->cancel();
-  }
-
-  // The events of one call of the content provider: what the choices have
-  // produced (waiting up to the keep-alive interval for something), or a
-  // keep-alive comment.
-  std::string next_events() {
-    std::string out;
-    if (!started) {
-      started = true;
-      if (meta.endpoint == Endpoint::ChatCompletions) out += sse_event(role_chunk_json(meta));
-    }
-    const bool one = choices.size() == 1;
-    const auto until = std::chrono::steady_clock::now() + kKeepAlive;
-    do {
-      for (size_t i = 0; i < choices.size(); ++i) {
-        ChoiceStream& c = choices[i];
-        if (c.ended) continue;
-        std::string text;
-        std::vector<TokenLogprob> lp;
-        // One choice waits on its channel; several poll in turn.
-        const auto wait = out.empty() ? (one ? kKeepAlive : kMultiPoll) : std::chrono::milliseconds(0);
-        c.ended = c.req->poll(text, wait, logprobs ? &lp : nullptr);
-        const auto index = static_cast<int>(i);
-        if (!text.empty() || !lp.empty())
-          out += sse_event(chunk_json(meta, text, logprobs ? logprobs_json(meta.endpoint, lp, c.text_offset) : json(nullptr),
-                                      index));
-        if (!c.ended) continue;
-        const RequestOutcome& o = c.req->outcome();
-        if (o.reason == FinishReason::Stop || o.reason == FinishReason::Length) {
-          out += sse_event(final_chunk_json(meta, o, index));
-          outcomes.push_back(o);
-          continue;
-        }
-        // A choice that failed or was cancelled ends the whole stream.
-        cancel();
-        out += sse_event(error_body(o.reason == FinishReason::Error ? "generation failed: " + o.error : o.error,
-                                    "server_error"));
-        out += "data: [DONE]\n\n";
-        done = true;
-        return out;
-      }
-    } while (out.empty() && std::chrono::steady_clock::now() < until);
-    if (std::all_of(choices.begin(), choices.end(), [](const ChoiceStream& c) { return c.ended; })) {
-      if (include_usage) out += sse_event(usage_chunk_json(meta, combined(outcomes)));
-      out += "data: [DONE]\n\n";
-      done = true;
-    }
-    if (out.empty()) out = ": keep-alive\n\n";
-    return out;
-  }
-};
-
 }  // namespace
 
 struct Server::Impl {
-  const LoadedModel& model;
-  Engine& engine;
   ServerOptions opts;
+  // Set once by attach(), before `ready`; handlers read them after seeing it.
+  const LoadedModel* model_ptr = nullptr;
+  Engine* engine_ptr = nullptr;
+  std::atomic<bool> ready{false};
   int64_t ctx = 0;
   int64_t started = unix_now();
   httplib::Server http;
   std::atomic<bool> stopping{false};
+  std::atomic<int> listen_fd{-1};  // the listening socket (drain() shuts it down)
   std::mutex rng_mu;
   std::mt19937_64 rng{std::random_device{}()};
+  RequestCounts requests;
 
-  Impl(const LoadedModel& m, Engine& e, ServerOptions o) : model(m), engine(e), opts(std::move(o)) {
-    ctx = opts.ctx_size > 0 ? opts.ctx_size : m.target->info().context;
-    m.target->new_cache(ctx);  // refuses a context beyond the model's before serving
-    const int threads = opts.http_threads > 0 ? opts.http_threads : 4 * engine.load().parallel + 16;
+  explicit Impl(ServerOptions o) : opts(std::move(o)) {
+    const int threads = opts.http_threads > 0 ? opts.http_threads : 4 * opts.parallel + 16;
     http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
     http.set_keep_alive_timeout(2);
     http.set_tcp_nodelay(true);
     http.set_payload_max_length(kMaxBody);
     routes();
+  }
+
+  const LoadedModel& model() const { return *model_ptr; }
+  Engine& engine() const { return *engine_ptr; }
+
+  // Seconds a client turned away for load should wait: the time the
+  // requests ahead of it take on the free slots, from the mean request time
+  // so far (1 s before any has finished), between 1 and 60.
+  int retry_after() const {
+    if (!ready) return 5;
+    const EngineLoad l = engine().load();
+    const EngineMetrics m = engine().metrics();
+    const int64_t done = m.time_to_first_token.count();
+    const double mean = done > 0 ? (m.time_to_first_token.sum() + m.time_per_output_token.sum()) / done : 1.0;
+    const double wait = mean * (l.waiting() + 1) / std::max(1, l.parallel);
+    return static_cast<int>(std::clamp(std::ceil(wait), 1.0, 60.0));
+  }
+
+  void send_unavailable(httplib::Response& res, const std::string& message, int retry) {
+    res.set_header("Retry-After", std::to_string(retry));
+    send_error(res, 503, message, "server_error");
   }
 
   uint64_t random() {
@@ -188,39 +150,81 @@ struct Server::Impl {
 
   void routes() {
     http.Get("/health", [this](const httplib::Request&, httplib::Response& res) { health(res); });
-    http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) { models(res); });
+    http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) { metrics(res); });
+    http.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
+      if (admitted(req, res)) models(res);
+    });
     http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-      generate(req, res, Endpoint::Completions);
+      if (admitted(req, res)) generate(req, res, Endpoint::Completions);
     });
     http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
-      generate(req, res, Endpoint::ChatCompletions);
+      if (admitted(req, res)) generate(req, res, Endpoint::ChatCompletions);
     });
-    http.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) { tokenize(req, res); });
-    http.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) { detokenize(req, res); });
-    // A POST's body framing is checked before the HTTP library reads the
-    // body: without this, a missing or unreadable Content-Length makes it
-    // wait for the read timeout (5 s) before refusing the request.
-    http.set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
-      if (req.method != "POST" || req.has_header("Transfer-Encoding"))
-        return httplib::Server::HandlerResponse::Unhandled;
-      const std::string length = req.get_header_value("Content-Length");
-      int status = 0;
-      std::string message;
-      if (length.empty()) {
-        status = 411;
-        message = "a POST needs a Content-Length header (the size of its JSON body in bytes)";
-      } else if (malformed_content_length(length)) {
-        status = 400;
-        message = "Content-Length: expected a non-negative integer, got '" + length + "'";
-      } else if (length.size() > 9 || std::stoull(length) > kMaxBody) {
-        status = 413;
-        message = "request body too large: Content-Length " + length + ", the limit is 64 MiB";
-      }
-      if (status == 0) return httplib::Server::HandlerResponse::Unhandled;
-      res.set_header("Connection", "close");  // the unread body must not be read as a request
-      send_error(res, status, message, "invalid_request_error");
-      return httplib::Server::HandlerResponse::Handled;
+    http.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
+      if (admitted(req, res)) tokenize(req, res);
     });
+    http.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
+      if (admitted(req, res)) detokenize(req, res);
+    });
+    // Counts every answered request for /metrics, once its response is written.
+    http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+      requests.add(route_label(req.path), res.status);
+    });
+    http.set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) { return framing(req, res); });
+    error_handlers();
+  }
+
+  // Whether a model route may serve `req`; otherwise answers it: 401 without
+  // a valid API key, 503 while the model loads or the server drains. Checked
+  // once the body is read (answering before it would leave the body to be
+  // read as the next request on the connection).
+  bool admitted(const httplib::Request& req, httplib::Response& res) {
+    if (!opts.api_keys.allows(req.get_header_value("Authorization"))) {
+      res.set_header("WWW-Authenticate", "Bearer");
+      send_json(res, 401,
+                {{"error",
+                  {{"message", req.has_header("Authorization")
+                                   ? "Incorrect API key provided (send 'Authorization: Bearer <key>')."
+                                   : "No API key provided: send 'Authorization: Bearer <key>'."},
+                   {"type", "invalid_request_error"},
+                   {"param", nullptr},
+                   {"code", "invalid_api_key"}}}});
+      return false;
+    }
+    if (!ready || stopping) {
+      res.set_header("Connection", "close");
+      send_unavailable(res, stopping ? "the server is shutting down" : "the model is loading", stopping ? 1 : 5);
+      return false;
+    }
+    return true;
+  }
+
+  // A POST's body framing, checked before the HTTP library reads the body:
+  // without this, a missing or unreadable Content-Length makes it wait for
+  // the read timeout (5 s) before refusing the request.
+  static httplib::Server::HandlerResponse framing(const httplib::Request& req, httplib::Response& res) {
+    if (req.method != "POST" || req.has_header("Transfer-Encoding"))
+      return httplib::Server::HandlerResponse::Unhandled;
+    const std::string length = req.get_header_value("Content-Length");
+    int status = 0;
+    std::string message;
+    if (length.empty()) {
+      status = 411;
+      message = "a POST needs a Content-Length header (the size of its JSON body in bytes)";
+    } else if (malformed_content_length(length)) {
+      status = 400;
+      message = "Content-Length: expected a non-negative integer, got '" + length + "'";
+    } else if (length.size() > 9 || std::stoull(length) > kMaxBody) {
+      status = 413;
+      message = "request body too large: Content-Length " + length + ", the limit is 64 MiB";
+    }
+    if (status == 0) return httplib::Server::HandlerResponse::Unhandled;
+    res.set_header("Connection", "close");  // the unread body must not be read as a request
+    send_error(res, status, message, "invalid_request_error");
+    return httplib::Server::HandlerResponse::Handled;
+  }
+
+  void error_handlers() {
     http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
       if (!res.body.empty()) return;  // a handler already wrote an error body
       // A known path asked with another method: 405 with the allowed one.
@@ -272,17 +276,43 @@ struct Server::Impl {
     });
   }
 
+  // GET /health: "loading" (503) until the model is attached, "ready" (200)
+  // while a request would be taken, "full" (503, Retry-After) while the wait
+  // queue is at --max-queue, "shutting down" (503) once drain() began.
   void health(httplib::Response& res) {
-    const EngineLoad l = engine.load();
-    send_json(res, stopping ? 503 : 200,
-              {{"status", stopping ? "shutting down" : "ok"},
+    if (!ready) {
+      res.set_header("Retry-After", "5");
+      return send_json(res, 503, {{"status", stopping ? "shutting down" : "loading"}, {"model", opts.model_name}});
+    }
+    const EngineLoad l = engine().load();
+    const char* status = stopping ? "shutting down" : l.full() ? "full" : "ready";
+    if (!stopping && l.full()) res.set_header("Retry-After", std::to_string(retry_after()));
+    send_json(res, stopping || l.full() ? 503 : 200,
+              {{"status", status},
                {"model", opts.model_name},
-               {"speculative", engine.drafter() != nullptr},
+               {"speculative", engine().speculative()},
                {"active", l.active},
                {"queued", l.queued},
                {"parallel", l.parallel},
+               {"max_queue", l.max_queue},
                {"steps", l.steps},
                {"completed", l.completed}});
+  }
+
+  // GET /metrics: Prometheus text (metrics.hpp).
+  void metrics(httplib::Response& res) {
+    EngineMetrics m;
+    ServerGauges g;
+    bool speculative = false;
+    if (ready) {
+      m = engine().metrics();
+      const EngineLoad l = engine().load();
+      g = {l.active, l.queued, l.parallel, l.max_queue};
+      speculative = engine().speculative();
+    }
+    res.status = 200;
+    res.set_content(prometheus_text(opts.model_name, speculative, m, g, requests.snapshot()),
+                    "text/plain; version=0.0.4; charset=utf-8");
   }
 
   void models(httplib::Response& res) {
@@ -308,7 +338,7 @@ struct Server::Impl {
       if (special != j.end() && !special->is_boolean()) throw RequestError("'add_special' must be a boolean", "add_special");
       const std::string text = content->get<std::string>();
       const bool add = special != j.end() && special->get<bool>();
-      send_json(res, 200, {{"tokens", add ? model.encode_prompt(text, false) : model.tokenizer->encode(text, true)}});
+      send_json(res, 200, {{"tokens", add ? model().encode_prompt(text, false) : model().tokenizer->encode(text, true)}});
     } catch (const RequestError& e) {
       send_error(res, 400, e.what(), "invalid_request_error", e.param());
     }
@@ -321,13 +351,13 @@ struct Server::Impl {
       const auto tokens = j.find("tokens");
       if (tokens == j.end() || !tokens->is_array()) throw RequestError("'tokens' must be an array of token ids", "tokens");
       std::vector<TokenId> ids;
-      const int64_t vocab = model.target->info().vocab;
+      const int64_t vocab = model().target->info().vocab;
       for (const json& t : *tokens) {
         if (!(t.is_number_integer() || t.is_number_unsigned()) || t.get<int64_t>() < 0 || t.get<int64_t>() >= vocab)
           throw RequestError("'tokens': expected token ids in [0, " + std::to_string(vocab) + "), got " + t.dump(), "tokens");
         ids.push_back(static_cast<TokenId>(t.get<int64_t>()));
       }
-      send_json(res, 200, {{"content", model.tokenizer->decode(ids)}});
+      send_json(res, 200, {{"content", model().tokenizer->decode(ids)}});
     } catch (const RequestError& e) {
       send_error(res, 400, e.what(), "invalid_request_error", e.param());
     }
@@ -343,11 +373,11 @@ struct Server::Impl {
   // piece with BOS, as `generate -p` does), ids as given. Throws RequestError.
   std::vector<TokenId> completion_ids(const PromptInput& prompt) const {
     std::vector<TokenId> ids;
-    const int64_t vocab = model.target->info().vocab;
+    const int64_t vocab = model().target->info().vocab;
     for (size_t i = 0; i < prompt.size(); ++i) {
       const PromptPiece& piece = prompt[i];
       if (piece.is_text) {
-        const auto t = i == 0 ? model.encode_prompt(piece.text, false) : model.tokenizer->encode(piece.text, true);
+        const auto t = i == 0 ? model().encode_prompt(piece.text, false) : model().tokenizer->encode(piece.text, true);
         ids.insert(ids.end(), t.begin(), t.end());
         continue;
       }
@@ -368,10 +398,10 @@ struct Server::Impl {
       for (const PromptInput& p : ar.prompts) out.push_back(completion_ids(p));
       return out;
     }
-    if (!model.chat)
+    if (!model().chat)
       throw RequestError("the model declares no supported chat template; use /v1/completions", "messages");
     try {
-      out.push_back(model.chat->apply(ar.messages, true));
+      out.push_back(model().chat->apply(ar.messages, true));
     } catch (const InvalidArgument& e) {
       throw RequestError(e.what(), "messages");
     }
@@ -399,27 +429,29 @@ struct Server::Impl {
     // else the server is decoding (sampling.hpp, SamplingRule).
     if (ar.seed_given) g.sampling.rule = SamplingRule::SeedStable;
     else g.sampling.seed = random();
-    g.stop_ids = model.stop_ids;
+    g.stop_ids = model().stop_ids;
     g.top_logprobs = ar.top_logprobs;
     return g;
   }
 
   void generate(const httplib::Request& req, httplib::Response& res, Endpoint ep) {
     try {
-      if (stopping) return send_error(res, 503, "the server is shutting down", "server_error");
       const ApiRequest ar = parse_request(req.body, ep, opts.defaults);
       std::vector<std::vector<TokenId>> prompts = prompt_ids(ar);
       std::vector<GenerateOptions> options;
       for (const auto& p : prompts) options.push_back(options_for(ar, static_cast<int64_t>(p.size())));
 
+      std::optional<std::chrono::steady_clock::time_point> deadline;
+      if (const int64_t ms = ar.deadline_ms.value_or(opts.default_deadline.count()); ms > 0)
+        deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
       std::vector<std::shared_ptr<Request>> requests;
       try {
         for (size_t i = 0; i < prompts.size(); ++i)
-          requests.push_back(engine.submit(std::move(prompts[i]), std::move(options[i]), ar.stop));
+          requests.push_back(engine().submit(std::move(prompts[i]), std::move(options[i]), ar.stop, deadline));
       } catch (const std::exception& e) {
         for (auto& r : requests) r->cancel();
         if (dynamic_cast<const InvalidArgument*>(&e)) throw RequestError(e.what());
-        return send_error(res, 503, e.what(), "server_error");
+        return send_unavailable(res, e.what(), dynamic_cast<const QueueFull*>(&e) ? retry_after() : 1);
       }
       ResponseMeta meta{ep, new_id(ep == Endpoint::Completions ? "cmpl-" : "chatcmpl-"), unix_now(),
                         opts.model_name};
@@ -430,10 +462,10 @@ struct Server::Impl {
         std::vector<TokenLogprob> logprobs;
         std::string text = wait_watching_client(req, *request, logprobs);
         const RequestOutcome& o = request->outcome();
-        if (o.reason == FinishReason::Cancelled || o.reason == FinishReason::Error) {
+        if (!answered(o)) {
           for (auto& r : requests) r->cancel();
-          if (o.reason == FinishReason::Cancelled) return send_error(res, 503, o.error, "server_error");
-          return send_error(res, 500, "generation failed: " + o.error, "server_error");
+          if (o.reason == FinishReason::Error) return send_error(res, 500, "generation failed: " + o.error, "server_error");
+          return send_unavailable(res, o.error, o.reason == FinishReason::Deadline ? retry_after() : 1);
         }
         int64_t offset = 0;
         json lp = ar.top_logprobs >= 0 ? logprobs_json(ep, logprobs, offset) : json(nullptr);
@@ -459,28 +491,22 @@ struct Server::Impl {
     return text;
   }
 
-  // Streams the choices of `requests` as server-sent events (each choice's
-  // chunks carry its index; a failed or cancelled choice ends the stream
-  // with an error event and cancels the others).
-  void stream(httplib::Response& res, std::vector<std::shared_ptr<Request>> requests, ResponseMeta meta,
-              bool include_usage, bool logprobs) {
-    auto st = std::make_shared<StreamState>();
-    for (auto& r : requests) st->choices.push_back({std::move(r)});
-    st->meta = std::move(meta);
-    st->include_usage = include_usage;
-    st->logprobs = logprobs;
+  // Streams the choices of `requests` as server-sent events (SseStream).
+  static void stream(httplib::Response& res, std::vector<std::shared_ptr<Request>> requests, ResponseMeta meta,
+                     bool include_usage, bool logprobs) {
+    auto st = std::make_shared<SseStream>(std::move(requests), std::move(meta), include_usage, logprobs);
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         kEventStream,
         [st](size_t, httplib::DataSink& sink) {
           // Called repeatedly until done(); each call writes something, so a
           // client that has gone away is noticed by a failed write.
-          std::string out = st->next_events();
+          const std::string out = st->next_events();
           if (!sink.write(out.data(), out.size())) {
             st->cancel();
             return false;
           }
-          if (st->done) sink.done();
+          if (st->done()) sink.done();
           return true;
         },
         // Runs when the response is destroyed, however the stream ended;
@@ -489,9 +515,10 @@ struct Server::Impl {
   }
 };
 
-Server::Server(const LoadedModel& model, Engine& engine, ServerOptions opts) {
+
+Server::Server(ServerOptions opts) {
   std::signal(SIGPIPE, SIG_IGN);
-  impl_ = std::make_unique<Impl>(model, engine, std::move(opts));
+  impl_ = std::make_unique<Impl>(std::move(opts));
 }
 
 Server::~Server() { stop(); }
@@ -501,9 +528,11 @@ int Server::bind() {
   // httplib's default options add SO_REUSEPORT, which lets a second server
   // bind a port that is already serving and share its connections; keep only
   // SO_REUSEADDR (rebinding right after a restart) so a taken port is an error.
-  s.http.set_socket_options([](socket_t sock) {
+  // The socket is the listening one: drain() shuts it down.
+  s.http.set_socket_options([&s](socket_t sock) {
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    s.listen_fd = sock;
   });
   if (s.opts.port == 0) {
     const int port = s.http.bind_to_any_port(s.opts.host);
@@ -518,9 +547,33 @@ int Server::bind() {
 
 void Server::listen() { impl_->http.listen_after_bind(); }
 
+void Server::attach(const LoadedModel& model, Engine& engine) {
+  Impl& s = *impl_;
+  s.ctx = s.opts.ctx_size > 0 ? s.opts.ctx_size : model.target->info().context;
+  model.target->new_cache(s.ctx);  // refuses a context beyond the model's before serving
+  s.model_ptr = &model;
+  s.engine_ptr = &engine;
+  s.ready = true;
+}
+
+void Server::drain() {
+  Impl& s = *impl_;
+  if (s.stopping.exchange(true)) return;
+  // No new connections: the listening loop of the HTTP library sees accept()
+  // fail and ends, then waits for the open connections. Its stop() would
+  // also end the streams in progress (their writer checks it), so it is not
+  // called here.
+  if (const int fd = s.listen_fd.load(); fd >= 0) ::shutdown(fd, SHUT_RDWR);
+}
+
 void Server::stop() {
-  impl_->stopping = true;
-  impl_->http.stop();
+  Impl& s = *impl_;
+  if (s.stopping.exchange(true) && s.listen_fd.load() >= 0) {
+    // After drain(): the listening socket is closed already (its descriptor
+    // number may be reused); the connections end on their own.
+    return;
+  }
+  s.http.stop();
 }
 
 }  // namespace dspark::serve

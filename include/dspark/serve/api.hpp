@@ -9,7 +9,9 @@
 // {role: system | user | assistant, content: a string or an array of
 // {type: "text", text} parts, joined with "\n"; other part types are
 // refused}), logprobs (completions: integer 0..20, the alternatives per
-// token; chat: boolean, with top_logprobs 0..20), max_tokens (alias
+// token; chat: boolean, with top_logprobs 0..20), deadline_ms (integer >= 1:
+// the request ends that long after it arrived — unanswered with 503 if it is
+// still queued, else with its text so far), max_tokens (alias
 // max_completion_tokens; integer >= 1), temperature (number >= 0; 0 =
 // greedy), top_p (number in (0, 1]), top_k (integer >= -1; 0 or -1 =
 // disabled), min_p (number in [0, 1]), seed (integer), stop (string or array
@@ -72,6 +74,7 @@ struct ApiRequest {
   bool stream = false;
   bool include_usage = false;               // stream_options.include_usage
   int top_logprobs = -1;                    // -1: no logprobs; else alternatives per token
+  std::optional<int64_t> deadline_ms;       // "deadline_ms": end by then (ms after arrival); absent: the server's
 };
 
 /// Parses and validates a request body for `endpoint`; fields the request

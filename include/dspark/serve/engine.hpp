@@ -16,6 +16,7 @@
 // removed, see StopMatcher).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -23,11 +24,14 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
 #include <vector>
 
+#include "dspark/error.hpp"
+#include "dspark/serve/metrics.hpp"
 #include "dspark/serve/outcome.hpp"
 #include "dspark/speculative/generate.hpp"
 #include "dspark/speculative/speculative.hpp"
@@ -102,6 +106,16 @@ struct EngineOptions {
   /// cancelled, freeing its slot: a stream its consumer abandoned without
   /// closing it. 0: never.
   std::chrono::milliseconds unread_timeout{0};
+  /// The most requests that may wait for a slot beyond the free ones;
+  /// submit() throws QueueFull past it. 0: no limit.
+  int max_queue = 0;
+};
+
+/// submit() when EngineOptions::max_queue requests already wait: the client
+/// should come back later (HTTP 503 with Retry-After).
+class QueueFull : public Error {
+ public:
+  using Error::Error;
 };
 
 /// Current occupancy, for health reports.
@@ -111,6 +125,11 @@ struct EngineLoad {
   int parallel = 0;           // slots
   int64_t steps = 0;          // target forward calls so far
   int64_t completed = 0;      // requests ended so far
+  int max_queue = 0;          // EngineOptions::max_queue
+  /// Requests waiting beyond the free slots (what max_queue bounds).
+  int waiting() const { return std::max(0, queued - (parallel - active)); }
+  /// True when submit() would throw QueueFull.
+  bool full() const { return max_queue > 0 && waiting() >= max_queue; }
 };
 
 class Engine {
@@ -127,11 +146,14 @@ class Engine {
 
   /// Queues a generation of `prompt` under `opts` (opts.on_token must be
   /// empty; stop_ids are end-of-generation ids) that ends at the first of
-  /// `stop` strings found in its text. Throws InvalidArgument for invalid
-  /// sampling parameters or a prompt that is empty or does not fit
-  /// opts.ctx_size, and Error once shutdown() has begun.
+  /// `stop` strings found in its text, or at `deadline` (then
+  /// FinishReason::Deadline, with the text so far). Throws InvalidArgument
+  /// for invalid sampling parameters or a prompt that is empty or does not
+  /// fit opts.ctx_size, QueueFull when EngineOptions::max_queue requests
+  /// already wait, and Error once shutdown() has begun.
   std::shared_ptr<Request> submit(std::vector<TokenId> prompt, GenerateOptions opts,
-                                  std::vector<std::string> stop);
+                                  std::vector<std::string> stop,
+                                  std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt);
 
   /// Stops accepting requests, cancels queued and active ones (they end with
   /// FinishReason::Cancelled) and joins the engine thread. Idempotent.
@@ -139,6 +161,10 @@ class Engine {
 
   /// A snapshot of the engine's occupancy.
   EngineLoad load() const;
+  /// A snapshot of the engine's counters (dspark/serve/metrics.hpp).
+  EngineMetrics metrics() const;
+  /// Whether requests are decoded speculatively (a drafter or lookup drafts).
+  bool speculative() const;
 
   /// The drafter in use (null: plain decoding).
   const DraftModel* drafter() const { return drafter_; }
@@ -153,6 +179,11 @@ class Engine {
   void finish(Slot& slot);
   /// Ends a request with FinishReason::Error.
   void fail(Slot& slot, const std::string& message);
+  /// Moves queued requests into free slots; ends those whose deadline passed
+  /// while they waited. Called with mu_ held; returns the expired ones.
+  std::vector<std::unique_ptr<Slot>> admit(std::vector<std::unique_ptr<Slot>>& active);
+  /// Adds what the slots did in the last step to metrics_.
+  void record_step(std::vector<std::unique_ptr<Slot>>& active);
 
   TargetModel& target_;
   const tok::Tokenizer& tokenizer_;
@@ -165,6 +196,8 @@ class Engine {
   std::deque<std::unique_ptr<Slot>> queue_;
   bool stopping_ = false;
   EngineLoad load_;
+  mutable std::mutex metrics_mu_;
+  EngineMetrics metrics_;
   std::mutex join_mu_;  // serializes joining thread_
   std::thread thread_;
 };
