@@ -691,6 +691,69 @@ TEST_F(ServeEngine, ShortRequestIsAnsweredWhileALongPromptIsPrefilled) {
   EXPECT_EQ(quick.result().tokens, generate_plain(*model_->target, prompt(2), greedy(3, false)).tokens);
 }
 
+// A step time of 10 ms + 1 ms per row: SPS(B) = 1 / (0.010 + 0.001 B),
+// given for B = 1..n (beyond, sps_at extrapolates the same line).
+std::vector<double> linear_sps(int n) {
+  std::vector<double> sps;
+  for (int b = 1; b <= n; ++b) sps.push_back(1.0 / (0.010 + 0.001 * b));
+  return sps;
+}
+
+TEST(TimedPrefillBudget, KeepsTheStepWithinTheSlowdownOfDecodingAlone) {
+  const std::vector<double> sps = linear_sps(8);
+  // One row decoding: t(1) = 11 ms; within 2.05x, t(1 + P) = 11 + P ms <= 22.55 ms: P = 11
+  // (B = 12, past the curve's end).
+  EXPECT_EQ(timed_prefill_budget(sps, 1, 2.05, 64), 11);
+  // Four rows: t(4) = 14 ms, 14 + P <= 28.7: P = 14.
+  EXPECT_EQ(timed_prefill_budget(sps, 4, 2.05, 64), 14);
+  // The fixed budget still caps it.
+  EXPECT_EQ(timed_prefill_budget(sps, 4, 2.05, 8), 8);
+  // No slack at all: nothing but the runner's one token of progress.
+  EXPECT_EQ(timed_prefill_budget(sps, 1, 1.0, 64), 0);
+  // Nobody decoding, no curve, or the rule off: the fixed budget.
+  EXPECT_EQ(timed_prefill_budget(sps, 0, 2.05, 64), 64);
+  EXPECT_EQ(timed_prefill_budget({}, 3, 2.05, 64), 64);
+  EXPECT_EQ(timed_prefill_budget(sps, 3, 0.0, 64), 64);
+  // A noisy curve: a slow point at B = 4 ends the budget although B = 5..8
+  // are fast again.
+  std::vector<double> noisy = sps;
+  noisy[3] = 1.0 / 0.030;
+  EXPECT_EQ(timed_prefill_budget(noisy, 1, 2.05, 64), 2);
+  EXPECT_THROW(timed_prefill_budget({100.0, 0.0}, 1, 2.0, 64), InvalidArgument);
+}
+
+TEST_F(ServeEngine, PrefillBesideDecodingStaysWithinTheTimedBudget) {
+  // The runner stepped by hand on the linear curve: while `quick` decodes,
+  // each of the long prompt's chunks costs at most 11 row equivalents (one
+  // decoding row, slowdown 2.05), or is the one token of progress; before
+  // and after, chunks use the fixed budget of 64.
+  const std::vector<TokenId> long_prompt = repeated(prompt(3), 240);  // within greedy()'s context of 256
+  SpecSession slow(*model_->target, nullptr, long_prompt, greedy(2, false));
+  SpecSession quick(*model_->target, nullptr, prompt(2), greedy(6, false));
+  BatchRunner runner(*model_->target, nullptr, SpecOptions{}, RunnerOptions{64, linear_sps(8), 2.05});
+  const int64_t span = prefill_attention_span(model_->target->info());
+  std::vector<SpecSession*> both{&slow};
+  runner.step(both);
+  EXPECT_GT(prefill_cost(slow.prefilled_tokens() + 1, 0, span), 64.0);  // the chunk filled the fixed budget
+  both.push_back(&quick);
+  int decoding_steps = 0;
+  while (!quick.finished()) {
+    const bool decoding = !quick.prefilling();
+    const int64_t before = slow.prefilled_tokens();
+    runner.step(both);
+    const int64_t n = slow.prefilled_tokens() - before;
+    if (!decoding) continue;
+    ++decoding_steps;
+    EXPECT_GE(n, 1);
+    if (n > 1) {
+      EXPECT_LE(prefill_cost(n, before, span), 11.0) << n << " tokens after " << before;
+    }
+  }
+  EXPECT_GE(decoding_steps, 5);
+  EXPECT_TRUE(slow.prefilling());
+  EXPECT_EQ(quick.result().tokens, generate_plain(*model_->target, prompt(2), greedy(6, false)).tokens);
+}
+
 TEST_F(ServeEngine, LongPromptIsPrefilledInChunksBetweenOtherSteps) {
   // The engine with a prefill budget: both requests as alone, the long
   // prompt over many steps.

@@ -41,9 +41,10 @@ class ServeCommand : public Command {
         ->check(positive_integer())
         ->capture_default_str();
     app_->add_option("--sps", sps_,
-                     "SPS profile for the prefix scheduler: 'auto' (the `dspark profile` file of the "
-                     "model, if any), 'measure' (profile at startup), 'none' (verify every drafted "
-                     "position) or a profile file")
+                     "SPS profile for the prefix scheduler and the prefill budget by time: 'auto' (the "
+                     "`dspark profile` file of the model, measured and saved on first use), 'measure' "
+                     "(profile at startup), 'none' (verify every drafted position; fixed prefill budget) or a "
+                     "profile file")
         ->capture_default_str();
     app_->add_option("-a,--alias", alias_,
                      "the model's name in responses and /v1/models (default: the -m value's file stem, which "
@@ -78,6 +79,11 @@ class ServeCommand : public Command {
                      "chunked prefill: prompt work per step in target-row equivalents (a token at context c "
                      "costs 1 + c/L; 0: whole prompts)")
         ->check(non_negative_integer())
+        ->capture_default_str();
+    app_->add_option("--prefill-slowdown", prefill_slowdown_,
+                     "while requests decode, a step carries no more prompt work than keeps it within this many "
+                     "times their decoding alone, by the SPS profile (0: --prefill-budget alone)")
+        ->check(CLI::Range(0.0, 1000.0))
         ->capture_default_str();
   }
   CLI::App* app() const { return app_; }
@@ -138,8 +144,10 @@ class ServeCommand : public Command {
     eo.parallel = parallel_;
     eo.spec = drafter_.spec();
     eo.prefill_budget = prefill_budget_;
+    eo.prefill_slowdown = prefill_slowdown_;
     eo.max_queue = max_queue_;
-    if (drafter || eo.spec.lookup.enabled()) eo.sps = sps_curve(*m.target, drafter.get());
+    // Plain decoding uses the curve for the prefill budget alone.
+    eo.sps = sps_curve(*m.target, drafter.get());
     serve::Engine engine(*m.target, *m.tokenizer, drafter.get(), eo);
     server.attach(m, engine);
     std::cerr << "dspark serve: " << so.model_name << " ("
@@ -176,23 +184,34 @@ class ServeCommand : public Command {
     engine.shutdown();
   }
 
-  // The SPS curve the --sps option asks for (empty: no scheduling).
+  // The SPS curve the --sps option asks for (empty: no scheduling, and the
+  // fixed prefill budget alone).
   std::vector<double> sps_curve(TargetModel& target, const Drafter* drafter) const {
     if (sps_ == "none") return {};
-    if (sps_ == "measure") {
+    auto measure = [&] {
       SpsProfileOptions po;
       const int gamma = std::max(drafter_.gamma > 0 ? drafter_.gamma : drafter ? drafter->gamma() : 0,
                                  drafter_.lookup.enabled() ? drafter_.lookup.max_draft : 0);
-      po.bmax = std::min<int>(parallel_ * (gamma + 1), 256);
+      po.bmax = std::clamp<int>(parallel_ * (gamma + 1), 16, 256);
       po.context = 64;
       po.repetitions = 3;
       std::cerr << "measuring SPS(B) for B = 1.." << po.bmax << " ..." << std::endl;
-      return measure_sps(target, po).sps;
-    }
+      return measure_sps(target, po);
+    };
+    if (sps_ == "measure") return measure().sps;
     std::string path = sps_;
     if (sps_ == "auto") {
       path = default_profile_path(sps_profile_key(target.info()));
-      if (!std::filesystem::exists(path)) return {};
+      if (!std::filesystem::exists(path)) {
+        // First use on this machine, as `generate` does: measure and keep it.
+        const SpsProfile p = measure();
+        try {
+          save_sps_profile(path, p);
+        } catch (const std::exception& e) {
+          std::cerr << "warning: the SPS profile is used for this run only: " << e.what() << "\n";
+        }
+        return p.sps;
+      }
     }
     const SpsProfile prof = load_sps_profile(path);
     if (const std::string w = sps_profile_mismatch(prof, path, sps_profile_key(target.info())); !w.empty())
@@ -214,6 +233,7 @@ class ServeCommand : public Command {
   SamplingParams sampling_;
   RuleOption rule_;
   int64_t prefill_budget_ = 64;
+  double prefill_slowdown_ = 2;
   std::string host_ = "127.0.0.1";
   int port_ = 8080;
   int parallel_ = 8;

@@ -153,7 +153,10 @@ Engine::Engine(TargetModel& target, const tok::Tokenizer& tokenizer, const Draft
   // Verify lengths are chosen across requests by the runner's policy.
   SpecOptions policy = opts_.spec;
   policy.sps = drafter_ || opts_.spec.lookup.enabled() ? opts_.sps : std::vector<double>{};
-  runner_ = std::make_unique<BatchRunner>(target_, drafter_, policy, RunnerOptions{opts_.prefill_budget});
+  if (!(opts_.prefill_slowdown >= 0))
+    throw InvalidArgument("prefill slowdown must be >= 0, got " + std::to_string(opts_.prefill_slowdown));
+  runner_ = std::make_unique<BatchRunner>(target_, drafter_, policy,
+                                          RunnerOptions{opts_.prefill_budget, opts_.sps, opts_.prefill_slowdown});
   if (opts_.max_queue < 0) throw InvalidArgument("max_queue must be >= 0, got " + std::to_string(opts_.max_queue));
   load_.parallel = opts_.parallel;
   load_.max_queue = opts_.max_queue;

@@ -97,11 +97,18 @@ struct EngineOptions {
   /// Non-empty with a drafter: each step's verify lengths come from
   /// schedule_prefixes() over every decoding request's calibrated survival
   /// (VerifyPolicy sps mode); empty: every request verifies all positions
-  /// that survive pruning.
+  /// that survive pruning. Non-empty, drafter or not: prompt work is also
+  /// budgeted by time (prefill_slowdown).
   std::vector<double> sps;
   /// Chunked prefill budget per step in target-row equivalents (runner.hpp);
   /// 0: every prompt whole in one step.
   int64_t prefill_budget = 0;
+  /// With a prefill budget and an SPS profile: while requests decode, a
+  /// step carries no more prompt work than keeps it within this many times
+  /// the time of their decoding alone (timed_prefill_budget in runner.hpp),
+  /// so a long prompt does not slow the others' tokens more than that.
+  /// 0: the fixed budget only.
+  double prefill_slowdown = 2.0;
   /// A request whose produced text nobody takes (poll/wait) for this long is
   /// cancelled, freeing its slot: a stream its consumer abandoned without
   /// closing it. 0: never.
