@@ -39,6 +39,7 @@ test-full: build python
 	cd $(BUILD_DIR) && DSPARK_TEST_FULL=1 ctest --output-on-failure -j 1 --timeout 5400
 	scripts/test_kernel_levels_full.sh $(BUILD_DIR)
 	DSPARK=$(DSPARK) python3 -m pytest -q tests/python
+	python3 scripts/soak.py --minutes 1 --binary $(DSPARK) -- -t 2
 
 # libFuzzer targets (clang) in build-fuzz, each for FUZZ_SECONDS, two at a
 # time; `make test` replays their committed corpora (fuzz_replay.* tests).

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,7 @@
 #include "dspark/model/loaded_model.hpp"
 #include "dspark/serve/api.hpp"
 #include "dspark/serve/engine.hpp"
+#include "dspark/serve/request_checks.hpp"
 #include "dspark/speculative/calibration.hpp"
 
 namespace py = pybind11;
@@ -33,20 +35,24 @@ using namespace dspark;
 namespace {
 
 /// Sampling and length options of one request, as the Python layer passes them.
+/// Values are checked in Model::submit, by the server's checks
+/// (dspark/serve/request_checks.hpp).
 struct RequestOptions {
   int64_t max_tokens = 256;
   double temperature = 0.8;
-  int top_k = 40;
+  int64_t top_k = 40;
   double top_p = 0.95;
   double min_p = 0.05;
-  uint64_t seed = 0xD5BA4C;
+  std::string seed;  // decimal; "": SamplingParams' default seed, "-1": a random one
   std::vector<std::string> stop;
 };
 
 class Model {
  public:
   Model(const std::string& path, const std::string& drafter, int threads, const std::string& compute,
-        int64_t ctx_size, int parallel, int lookup_ngram) {
+        int64_t ctx_size, int parallel, int lookup_ngram, double unread_timeout_s) {
+    if (!(unread_timeout_s >= 0))
+      throw InvalidArgument("unread_timeout must be a number of seconds >= 0, got " + std::to_string(unread_timeout_s));
     if (threads < 1) throw InvalidArgument("threads must be at least 1, got " + std::to_string(threads));
     if (ctx_size < 0) throw InvalidArgument("n_ctx must be >= 0, got " + std::to_string(ctx_size));
     cli::ModelOptions mo;
@@ -75,6 +81,7 @@ class Model {
     // output then does not depend on what else is decoding at the same time
     // (sampling consumes random numbers per verified position).
     eo.spec = dopt.spec();
+    eo.unread_timeout = std::chrono::milliseconds(static_cast<int64_t>(std::min(unread_timeout_s, 1e12) * 1000));
     engine_ = std::make_unique<serve::Engine>(*model_.target, *model_.tokenizer, drafter_.get(), eo);
   }
   ~Model() { close(); }
@@ -117,22 +124,24 @@ class Model {
 
   std::shared_ptr<serve::Request> submit(std::vector<TokenId> prompt, const RequestOptions& r) {
     if (!engine_) throw Error("the model is closed");
-    if (r.max_tokens < 1)
-      throw InvalidArgument("max_tokens must be a positive integer, got " + std::to_string(r.max_tokens));
+    const int64_t ctx = ctx_size_ > 0 ? ctx_size_ : model_.target->info().context;
+    const auto n_prompt = static_cast<int64_t>(prompt.size());
+    serve::check_prompt_length(n_prompt, ctx, "prompt");
+    serve::check_max_tokens(r.max_tokens, n_prompt, ctx, "max_tokens");
     GenerateOptions opts;
     opts.n_predict = r.max_tokens;
     opts.ctx_size = ctx_size_;
     opts.sampling.temperature = static_cast<float>(r.temperature);
-    opts.sampling.top_k = r.top_k;
+    opts.sampling.top_k = serve::top_k_value(r.top_k, "top_k");
     opts.sampling.top_p = static_cast<float>(r.top_p);
     opts.sampling.min_p = static_cast<float>(r.min_p);
-    opts.sampling.seed = r.seed;
+    if (!r.seed.empty()) {
+      const std::optional<uint64_t> seed = serve::seed_value(r.seed, "seed");
+      opts.sampling.seed = seed ? *seed : serve::random_seed();
+    }
     opts.sampling.validate();
     opts.stop_ids = model_.stop_ids;
-    std::vector<std::string> stop;
-    for (const auto& s : r.stop)
-      if (!s.empty()) stop.push_back(s);
-    return engine_->submit(std::move(prompt), std::move(opts), std::move(stop));
+    return engine_->submit(std::move(prompt), std::move(opts), serve::stop_strings(r.stop, "stop"));
   }
 
   py::dict load() const {
@@ -270,9 +279,10 @@ PYBIND11_MODULE(_core, m) {
   });
 
   py::class_<Model>(m, "Model")
-      .def(py::init<const std::string&, const std::string&, int, const std::string&, int64_t, int, int>(),
+      .def(py::init<const std::string&, const std::string&, int, const std::string&, int64_t, int, int, double>(),
            py::arg("path"), py::arg("drafter"), py::arg("threads"), py::arg("compute"), py::arg("n_ctx"),
-           py::arg("parallel"), py::arg("lookup_ngram"), py::call_guard<py::gil_scoped_release>())
+           py::arg("parallel"), py::arg("lookup_ngram"), py::arg("unread_timeout"),
+           py::call_guard<py::gil_scoped_release>())
       .def("close", &Model::close)
       .def("tokenize", &Model::tokenize, py::arg("text"), py::arg("add_bos"), py::arg("special"))
       .def("detokenize", &Model::detokenize, py::arg("tokens"))

@@ -29,6 +29,8 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import openai
@@ -111,6 +113,18 @@ class Server:
             with open(self.log.name, encoding="utf-8", errors="replace") as f:
                 sys.exit("server did not start:\n" + f.read())
         self.url = "http://127.0.0.1:%d" % self.port
+        # It listens while the model loads: wait for /health to say "ready".
+        for _ in range(6000):
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=5) as r:
+                    if r.status == 200:
+                        break
+            except (OSError, urllib.error.URLError):
+                pass
+            if self.proc.poll() is not None:
+                with open(self.log.name, encoding="utf-8", errors="replace") as f:
+                    sys.exit("server exited:\n" + f.read())
+            time.sleep(0.1)
 
     def stop(self):
         self.proc.send_signal(signal.SIGTERM)

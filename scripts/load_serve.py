@@ -20,7 +20,6 @@ Install the client with the pin in scripts/versions.env (OPENAI_PIP).
 
 import argparse
 import json
-import math
 import os
 import sys
 import threading
@@ -31,28 +30,12 @@ import openai
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_serve import ROOT, Server, load_prompts  # noqa: E402
-
-
-def rss_mib(pid):
-    """Resident memory of a process in MiB (None when unknown)."""
-    if not pid:
-        return None
-    try:
-        with open("/proc/%d/status" % pid) as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024.0
-    except OSError:
-        return None
-    return None
+from proc_stats import percentile, rss_mib  # noqa: E402
 
 
 def p99(values):
     """Nearest-rank 99th percentile (None for no values)."""
-    if not values:
-        return None
-    v = sorted(values)
-    return v[min(len(v) - 1, max(0, math.ceil(0.99 * len(v)) - 1))]
+    return percentile(values, 0.99)
 
 
 def long_prompt_text(prompts, tokens):

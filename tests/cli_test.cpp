@@ -260,19 +260,48 @@ TEST_F(Cli, BudgetBeyondTheContextIsWarnedAbout) {
   EXPECT_EQ(fits.err.find("warning"), std::string::npos) << fits.err;
 }
 
-TEST_F(Cli, JsonOutputEndingInsideACharacter) {
-  // 32 tokens of this answer end inside a multi-byte character: the JSON
-  // text carries U+FFFD for the cut character instead of failing.
-  auto r = run_dspark("generate -m smollm2 -p 'Translate to Japanese: good morning, thank you' --chat -n 32 "
-                      "--temp 0 --drafter none --json",
-                      tmp);
+TEST_F(Cli, OutputEndingInsideACharacterDropsItsBytes) {
+  // 32 tokens of this answer end inside a multi-byte character: the cut
+  // character is left out (it used to end the text as U+FFFD), in the JSON
+  // text and in the streamed text alike; 33 tokens complete it.
+  const std::string args = "generate -m smollm2 -p 'Translate to Japanese: good morning, thank you' --chat "
+                           "--temp 0 --drafter none -n ";
+  auto r = run_dspark(args + "32 --json", tmp);
   ASSERT_EQ(r.status, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j.at("tokens").size(), 32u);
   const std::string text = j.at("text").get<std::string>();
-  EXPECT_NE(text.find("\xEF\xBF\xBD"), std::string::npos) << text;
+  EXPECT_EQ(text.find("\xEF\xBF\xBD"), std::string::npos) << text;
   EXPECT_TRUE(j.at("seed").is_null()) << "greedy decoding draws nothing";
   EXPECT_TRUE(j.at("sampling_rule").is_null());
+  auto streamed = run_dspark(args + "32", tmp);
+  ASSERT_EQ(streamed.status, 0) << streamed.err;
+  EXPECT_EQ(streamed.out, text + "\n");
+  auto longer = run_dspark(args + "33 --json", tmp);
+  ASSERT_EQ(longer.status, 0) << longer.err;
+  const std::string more = nlohmann::json::parse(longer.out).at("text").get<std::string>();
+  EXPECT_EQ(more.rfind(text, 0), 0u) << more;
+  EXPECT_GT(more.size(), text.size() + 1) << "the 33rd token completes a multi-byte character";
+}
+
+TEST_F(Cli, PromptFromAFileOrStandardInput) {
+  const std::string args = "generate -m smollm2 -n 6 --temp 0 --drafter none --json ";
+  auto direct = run_dspark(args + "-p 'Once upon a time, \"quoted\" and $HOME'", tmp);
+  ASSERT_EQ(direct.status, 0) << direct.err;
+  const std::string path = tmp.file("prompt.txt");
+  write_bytes(path, "Once upon a time, \"quoted\" and $HOME\n");  // one trailing newline is dropped
+  auto file = run_dspark(args + "-f " + path, tmp);
+  ASSERT_EQ(file.status, 0) << file.err;
+  auto piped = run_dspark(args + "-p - <" + path, tmp);
+  ASSERT_EQ(piped.status, 0) << piped.err;
+  const auto tokens = nlohmann::json::parse(direct.out).at("tokens");
+  EXPECT_EQ(nlohmann::json::parse(file.out).at("tokens"), tokens);
+  EXPECT_EQ(nlohmann::json::parse(piped.out).at("tokens"), tokens);
+  EXPECT_EQ(nlohmann::json::parse(file.out).at("stats").at("prompt_tokens"),
+            nlohmann::json::parse(direct.out).at("stats").at("prompt_tokens"));
+  expect_one_line_error(run_dspark("generate -m smollm2 -n 2", tmp), "a prompt is required: -p TEXT, -p - (standard input) or -f FILE");
+  expect_one_line_error(run_dspark("generate -m smollm2 -n 2 -f " + tmp.file("missing.txt"), tmp), tmp.file("missing.txt"));
+  expect_one_line_error(run_dspark("generate -m smollm2 -n 2 -p x -f " + path, tmp), "excludes");
 }
 
 TEST_F(Cli, SeedGivesTheSameTokensWithAndWithoutADrafter) {

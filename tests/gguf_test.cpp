@@ -568,6 +568,45 @@ TEST(GGUFErrors, TruncatedTensorData) {
                        "has " + std::to_string(cut) + " bytes"});
 }
 
+TEST(GGUFErrors, TensorOffsetThatWrapsPast2To64) {
+  // An offset of 2^64 - data_start + 32 makes data_start + offset wrap to 32:
+  // inside the header. The bounds check must not form that sum.
+  TempDir dir;
+  const GGUFWriter w = sample_writer();
+  std::string b = w.bytes();
+  // name "second" | n_dims u32 | ne[0] u64 | type u32 | offset u64
+  const size_t offset_at = find_or_fail(b, "second") + 6 + 4 + 8 + 4;
+  const uint64_t data_start = w.data_section_offset();
+  const uint64_t wrapping = (~uint64_t{0} - data_start + 1) + 32;
+  ASSERT_EQ(data_start + wrapping, 32u);  // the wrapped sum (unsigned arithmetic)
+  patch<uint64_t>(b, offset_at, wrapping);
+  // 2^64 + 32 = 18446744073709551648; + 68 bytes of Q8_0.
+  expect_format_error(dir, b, {"tensor 'second'", "needs bytes 18446744073709551648..18446744073709551716"});
+  // The largest offsets, and one whose end alone passes 2^64.
+  patch<uint64_t>(b, offset_at, ~uint64_t{0} - 31);
+  expect_format_error(dir, b, {"tensor 'second'", "truncated file"});
+  patch<uint64_t>(b, offset_at, ~uint64_t{0} - 63 - data_start);
+  expect_format_error(dir, b, {"tensor 'second'", "truncated file"});
+}
+
+TEST(GGUFErrors, AlignmentOfTheWrongTypeNamesTheKey) {
+  // The writer accepts general.alignment only as a uint32: write the value
+  // under another key of the same length and rename it in the bytes.
+  TempDir dir;
+  auto with_alignment = [](GGUFValue v) {
+    GGUFWriter w;
+    w.set("general.alignmenX", std::move(v));
+    w.add_tensor("t", id(GGMLType::F32), {4}, pattern(16));
+    std::string b = w.bytes();
+    b[find_or_fail(b, "general.alignmenX") + 16] = 't';
+    return b;
+  };
+  expect_format_error(dir, with_alignment(g::i32(-32)), {"key 'general.alignment'", "-32 is negative"});
+  expect_format_error(dir, with_alignment(g::string("32")),
+                      {"key 'general.alignment'", "string used as unsigned integer"});
+  expect_format_error(dir, with_alignment(g::f32(32.f)), {"key 'general.alignment'", "float32"});
+}
+
 TEST(GGUFErrors, UnknownMetadataValueType) {
   TempDir dir;
   GGUFWriter w;

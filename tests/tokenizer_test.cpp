@@ -461,6 +461,14 @@ TEST(StreamDecoder, HoldsPartialSequences) {
   EXPECT_EQ(sd.push(byte_token(0x82)), "");
   EXPECT_EQ(sd.flush(), "\xEF\xBF\xBD");
   EXPECT_EQ(sd.flush(), "");
+  // The end of a generation: finish() drops the unfinished sequence instead,
+  // and the decoder starts afresh.
+  EXPECT_EQ(sd.push(byte_token('a')), "a");
+  EXPECT_EQ(sd.push(byte_token(0xE3)), "");
+  EXPECT_EQ(sd.push(byte_token(0x81)), "");
+  sd.finish();
+  EXPECT_EQ(sd.flush(), "");
+  EXPECT_EQ(sd.push(byte_token(0x82)), "\xEF\xBF\xBD");  // a stray continuation byte, not the rest of it
 }
 
 // ------------------------------------------------------------ synthetic GGUFs

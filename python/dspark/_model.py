@@ -42,6 +42,10 @@ class Model:
     decoded together (calls from several threads share one batched engine).
     lookup_ngram: prompt-lookup drafts, the shortest n-gram matched (dspark
     --lookup-ngram; 0: off; None: 2 with a drafter, off without one).
+    unread_timeout: seconds a request's text may wait unread before the
+    request is cancelled and its slot freed: a stream iterator that is no
+    longer consumed but still referenced (0: never). Reading it afterwards
+    raises DsparkError.
     """
 
     def __init__(
@@ -54,6 +58,7 @@ class Model:
         parallel: int = 4,
         verbose: bool = False,
         lookup_ngram: int | None = None,
+        unread_timeout: float = 60.0,
     ):
         _check_type("model_path", model_path, str)
         _check_type("drafter", drafter, str, allow_none=True)
@@ -61,11 +66,12 @@ class Model:
         for name, value in (("threads", threads), ("n_ctx", n_ctx), ("parallel", parallel)):
             _check_type(name, value, int)
         _check_type("lookup_ngram", lookup_ngram, int, allow_none=True)
+        _check_type("unread_timeout", unread_timeout, (int, float))
         if lookup_ngram is not None and lookup_ngram < 0:
             raise ValueError(f"lookup_ngram must be in [0, 64] or None, got {lookup_ngram}")
         self.model_path = model_path
         self._core = _core.Model(model_path, "none" if drafter is None else drafter, threads, compute, n_ctx, parallel,
-                                 -1 if lookup_ngram is None else lookup_ngram)
+                                 -1 if lookup_ngram is None else lookup_ngram, float(unread_timeout))
         self._info = self._core.info()
         stem = model_path.rsplit("/", 1)[-1]
         self.model_name = stem[:-5] if stem.endswith(".gguf") else stem
@@ -130,9 +136,7 @@ class Model:
         o.top_p = float(top_p)
         o.min_p = float(min_p)
         if seed is not None:
-            if seed < 0:
-                raise ValueError(f"seed must be a non-negative integer, got {seed}")
-            o.seed = seed & 0xFFFFFFFFFFFFFFFF
+            o.seed = str(seed)  # range-checked by the engine, as the server checks it: -1 or [0, 2^64)
         o.stop = _stop_list(stop)
         return o
 

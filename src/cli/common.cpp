@@ -3,9 +3,10 @@
 #include <ATen/Parallel.h>
 
 #include <filesystem>
-#include <random>
+#include <optional>
 
 #include "dspark/error.hpp"
+#include "dspark/serve/request_checks.hpp"
 
 namespace dspark::cli {
 
@@ -82,14 +83,16 @@ void ModelOptions::apply_threads() const {
 
 CLI::Option* add_sampling_options(CLI::App& app, SamplingParams& p) {
   app.add_option("--temp", p.temperature, "temperature (0 = greedy)")->capture_default_str();
-  app.add_option_function<int>(
+  // The values mean what they mean to the server and the Python package
+  // (request_checks.hpp): -1 and 0 disable top-k, -1 draws a random seed.
+  app.add_option_function<int64_t>(
          "--top-k",
-         [&p](const int& k) {
-           // -1 and 0 both mean "off", as in the server's top_k.
-           if (k < -1)
-             throw CLI::ValidationError("--top-k: expected -1 or 0 (disabled) or a positive integer, got " +
-                                        std::to_string(k));
-           p.top_k = k < 0 ? 0 : k;
+         [&p](const int64_t& k) {
+           try {
+             p.top_k = serve::top_k_value(k, "--top-k");
+           } catch (const InvalidArgument& e) {
+             throw CLI::ValidationError(e.what());
+           }
          },
          "top-k (0 or -1 = disabled)")
       ->default_str(std::to_string(p.top_k));
@@ -98,20 +101,13 @@ CLI::Option* add_sampling_options(CLI::App& app, SamplingParams& p) {
   return app.add_option_function<std::string>(
          "--seed",
          [&p](const std::string& v) {
-           if (v == "-1") {
-             std::random_device rd;
-             p.seed = (static_cast<uint64_t>(rd()) << 32) ^ rd();
-             return;
-           }
-           const std::string err = "--seed: expected -1 (a random seed) or an integer in [0, 2^64), got '" + v + "'";
-           if (v.empty() || v.find_first_not_of("0123456789") != std::string::npos) throw CLI::ValidationError(err);
+           std::optional<uint64_t> seed;
            try {
-             size_t used = 0;
-             p.seed = std::stoull(v, &used);
-             if (used != v.size()) throw CLI::ValidationError(err);
-           } catch (const std::out_of_range&) {
-             throw CLI::ValidationError(err);
+             seed = serve::seed_value(v, "--seed");
+           } catch (const InvalidArgument& e) {
+             throw CLI::ValidationError(e.what());
            }
+           p.seed = seed ? *seed : serve::random_seed();
          },
          "RNG seed (-1 = a random seed)")
       ->default_str(std::to_string(p.seed));

@@ -2,8 +2,12 @@
 #include "generate_cmd.hpp"
 
 #include <cstdio>
+#include <fstream>
 #include <iostream>
+#include <iterator>
 
+#include "dspark/error.hpp"
+#include "dspark/io/regular_file.hpp"
 #include "dspark/model/loaded_model.hpp"
 #include "dspark/speculative/runner.hpp"
 #include "dspark/speculative/session.hpp"
@@ -28,7 +32,9 @@ std::string fixed1(double x) {
 GenerateCommand::GenerateCommand(CLI::App& parent) {
   app_ = parent.add_subcommand("generate", "generate text from a prompt");
   model_.add(*app_);
-  app_->add_option("-p,--prompt", prompt_, "prompt text")->required();
+  auto* text = app_->add_option("-p,--prompt", prompt_, "prompt text ('-': read it from standard input)");
+  auto* file = app_->add_option("-f,--file", prompt_file_, "a file containing the prompt");
+  text->excludes(file);  // one of them is required (prompt_text())
   app_->add_option("-n,--n-predict", n_predict_, "maximum tokens to generate")
       ->check(positive_integer())
       ->capture_default_str();
@@ -38,12 +44,33 @@ GenerateCommand::GenerateCommand(CLI::App& parent) {
   app_->add_flag("--json", json_, "print one JSON object instead of streaming text");
 }
 
+// The prompt from -p TEXT, -p - (standard input) or -f FILE. As llama.cpp
+// does, one trailing newline of a file or of standard input is dropped.
+std::string GenerateCommand::prompt_text() const {
+  if (prompt_file_.empty() && prompt_ != "-") {
+    if (app_->count("--prompt") == 0) throw Error("a prompt is required: -p TEXT, -p - (standard input) or -f FILE");
+    return prompt_;
+  }
+  std::string text;
+  if (!prompt_file_.empty()) {
+    io::require_regular_file(prompt_file_, "-f: a prompt file");
+    std::ifstream in(prompt_file_, std::ios::binary);
+    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    if (in.bad()) throw Error(prompt_file_ + ": cannot read the prompt file");
+  } else {
+    text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+  }
+  if (text.ends_with('\n')) text.pop_back();
+  return text;
+}
+
 int GenerateCommand::run() {
+  const std::string prompt_text = this->prompt_text();
   sampling_.validate();
   sampling_.rule = rule_.resolve();
   model_.apply_threads();
   LoadedModel m = LoadedModel::load(model_.model, model_.compute_mode());
-  const auto prompt = m.encode_prompt(prompt_, chat_);
+  const auto prompt = m.encode_prompt(prompt_text, chat_);
   const int64_t ctx = model_.ctx_size > 0 ? model_.ctx_size : m.target->info().context;
   // The last generated token need not enter the KV cache: ctx - P + 1 fit.
   const int64_t room = ctx - static_cast<int64_t>(prompt.size()) + 1;
@@ -74,19 +101,21 @@ int GenerateCommand::run() {
   const bool context_full = !r.stopped_by_eog && s.generated_tokens < n_predict_;
   const char* finish = r.stopped_by_eog ? "stop" : context_full ? "context_full" : "length";
   if (json_) {
-    nlohmann::json out = {{"text", m.tokenizer->decode(r.tokens)},
+    // The text as streamed: a character the last token left unfinished is dropped.
+    tok::StreamDecoder whole(*m.tokenizer);
+    std::string text;
+    for (TokenId t : r.tokens) text += whole.push(t);
+    whole.finish();
+    nlohmann::json out = {{"text", text},
                           {"tokens", r.tokens},
                           {"finish_reason", finish},
                           // Greedy decoding draws nothing: no seed, no rule.
                           {"seed", sampling_.greedy() ? nlohmann::json() : nlohmann::json(sampling_.seed)},
                           {"sampling_rule", sampling_.greedy() ? nlohmann::json() : nlohmann::json(to_string(sampling_.rule))},
                           {"stats", stats_json(s)}};
-    // The tokens may end inside a multi-byte character (the -n budget cut
-    // it): such bytes are written as U+FFFD rather than failing the dump.
     std::cout << out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
   } else {
-    const std::string tail = stream.flush();
-    std::fwrite(tail.data(), 1, tail.size(), stdout);
+    stream.finish();
     std::fputc('\n', stdout);
     std::fflush(stdout);
     auto rate = [](double r) { return r > 0 ? fixed1(r) + " tok/s" : std::string("- tok/s"); };

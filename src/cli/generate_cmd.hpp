@@ -12,12 +12,15 @@ class GenerateCommand : public Command {
   int run() override;
 
  private:
+  std::string prompt_text() const;
+
   CLI::App* app_;
   ModelOptions model_;
   DrafterOptions drafter_;
   SamplingParams sampling_;
   RuleOption rule_;
   std::string prompt_;
+  std::string prompt_file_;
   int64_t n_predict_ = 256;
   bool chat_ = false;
   bool json_ = false;

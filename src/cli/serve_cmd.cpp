@@ -2,8 +2,12 @@
 // decoding across requests (docs/serving.md).
 #include <pthread.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -13,6 +17,7 @@
 #include "drafter_options.hpp"
 #include "dspark/error.hpp"
 #include "dspark/model/loaded_model.hpp"
+#include "dspark/serve/auth.hpp"
 #include "dspark/serve/engine.hpp"
 #include "dspark/serve/server.hpp"
 #include "dspark/speculative/sps_profile.hpp"
@@ -36,20 +41,49 @@ class ServeCommand : public Command {
         ->check(positive_integer())
         ->capture_default_str();
     app_->add_option("--sps", sps_,
-                     "SPS profile for the prefix scheduler: 'auto' (the `dspark profile` file of the "
-                     "model, if any), 'measure' (profile at startup), 'none' (verify every drafted "
-                     "position) or a profile file")
+                     "SPS profile for the prefix scheduler and the prefill budget by time: 'auto' (the "
+                     "`dspark profile` file of the model, measured and saved on first use), 'measure' "
+                     "(profile at startup), 'none' (verify every drafted position; fixed prefill budget) or a "
+                     "profile file")
         ->capture_default_str();
+    app_->add_option("-a,--alias", alias_,
+                     "the model's name in responses and /v1/models (default: the -m value's file stem, which "
+                     "for an alias such as smollm2 is the alias)");
     app_->add_option("--http-threads", http_threads_, "HTTP worker threads (0: 4 x parallel + 16)")
         ->check(CLI::Range(0, 4096));
     add_sampling_options(*app_, sampling_);
     // Requests that name a seed always get seed-stable text; this is the
     // rule of the others ("auto": kUnseededRule).
     rule_.add(*app_, nullptr);
+    app_->add_option("--api-key", api_keys_,
+                     "API key clients must send as 'Authorization: Bearer KEY' on /v1/* (repeatable, or "
+                     "comma-separated as llama.cpp takes them; /health and /metrics stay open)")
+        ->delimiter(',');
+    app_->add_option("--api-key-file", api_key_file_, "a file of API keys, one per line");
+    app_->add_option("--max-queue", max_queue_,
+                     "requests that may wait for a slot; beyond them a request gets 503 with Retry-After "
+                     "(0: no limit)")
+        ->check(non_negative_integer())
+        ->capture_default_str();
+    app_->add_option("--shutdown-timeout", shutdown_timeout_,
+                     "on SIGTERM/SIGINT: seconds requests in flight may take to finish before they are "
+                     "cancelled (a second signal cancels them at once)")
+        ->check(CLI::Range(0.0, 86400.0))
+        ->capture_default_str();
+    app_->add_option("--deadline", deadline_,
+                     "seconds after arrival by which a request ends (its \"deadline_ms\" field overrides it; "
+                     "0: none)")
+        ->check(CLI::Range(0.0, 86400.0))
+        ->capture_default_str();
     app_->add_option("--prefill-budget", prefill_budget_,
                      "chunked prefill: prompt work per step in target-row equivalents (a token at context c "
                      "costs 1 + c/L; 0: whole prompts)")
         ->check(non_negative_integer())
+        ->capture_default_str();
+    app_->add_option("--prefill-slowdown", prefill_slowdown_,
+                     "while requests decode, a step carries no more prompt work than keeps it within this many "
+                     "times their decoding alone, by the SPS profile (0: --prefill-budget alone)")
+        ->check(CLI::Range(0.0, 1000.0))
         ->capture_default_str();
   }
   CLI::App* app() const { return app_; }
@@ -57,25 +91,6 @@ class ServeCommand : public Command {
   int run() override {
     sampling_.validate();
     sampling_.rule = rule_.resolve();
-    // SIGINT/SIGTERM are taken by one thread with sigwait(); block them here,
-    // before any other thread starts, so every thread inherits the mask.
-    sigset_t stop_signals;
-    sigemptyset(&stop_signals);
-    sigaddset(&stop_signals, SIGINT);
-    sigaddset(&stop_signals, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-
-    model_.apply_threads();
-    LoadedModel m = LoadedModel::load(model_.model, model_.compute_mode());
-    const auto drafter = drafter_.load(model_.model, *m.target);
-
-    serve::EngineOptions eo;
-    eo.parallel = parallel_;
-    eo.spec = drafter_.spec();
-    eo.prefill_budget = prefill_budget_;
-    if (drafter || eo.spec.lookup.enabled()) eo.sps = sps_curve(*m.target, drafter.get());
-    serve::Engine engine(*m.target, *m.tokenizer, drafter.get(), eo);
-
     serve::ServerOptions so;
     so.host = host_;
     so.port = port_;
@@ -83,47 +98,120 @@ class ServeCommand : public Command {
     so.ctx_size = model_.ctx_size;
     so.default_max_tokens = n_predict_;
     so.defaults = sampling_;
+    so.parallel = parallel_;
     so.http_threads = http_threads_;
-    serve::Server server(m, engine, so);
-    const int port = server.bind();
+    so.default_deadline = std::chrono::milliseconds(static_cast<int64_t>(deadline_ * 1000));
+    for (const std::string& k : api_keys_) so.api_keys.add(k);
+    if (!api_key_file_.empty()) so.api_keys.add_file(api_key_file_);
 
-    std::thread signals([&] {
-      int sig = 0;
-      sigwait(&stop_signals, &sig);
-      engine.shutdown();
-      server.stop();
+    // SIGINT/SIGTERM are taken with sigwait() below; block them here, before
+    // any other thread starts, so every thread inherits the mask.
+    sigset_t stop_signals;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGINT);
+    sigaddset(&stop_signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+    // Listen first: while the model loads, /health says "loading" (as
+    // llama.cpp's server does), so a load balancer can tell it apart from
+    // a dead replica.
+    serve::Server server(so);
+    const int port = server.bind();
+    if (!serve::is_loopback(host_) && so.api_keys.empty())
+      std::cerr << "warning: listening on " << host_ << " without an API key: anyone who reaches port " << port
+                << " can use the model (--api-key or --api-key-file)" << std::endl;
+    std::cerr << "dspark serve: listening on http://" << host_ << ":" << port << " (loading " << so.model_name
+              << ")" << std::endl;
+    std::atomic<bool> draining{false};
+    std::thread http([&] {
+      server.listen();
+      // A listening socket that fails ends the server too: wake sigwait.
+      if (!draining) kill(getpid(), SIGTERM);
     });
+    struct Join {
+      serve::Server& server;
+      std::thread& http;
+      ~Join() {
+        server.stop();
+        if (http.joinable()) http.join();
+      }
+    } join{server, http};
+
+    model_.apply_threads();
+    LoadedModel m = LoadedModel::load(model_.model, model_.compute_mode());
+    const auto drafter = drafter_.load(model_.model, *m.target);
+    serve::EngineOptions eo;
+    eo.parallel = parallel_;
+    eo.spec = drafter_.spec();
+    eo.prefill_budget = prefill_budget_;
+    eo.prefill_slowdown = prefill_slowdown_;
+    eo.max_queue = max_queue_;
+    // Plain decoding uses the curve for the prefill budget alone.
+    eo.sps = sps_curve(*m.target, drafter.get());
+    serve::Engine engine(*m.target, *m.tokenizer, drafter.get(), eo);
+    server.attach(m, engine);
     std::cerr << "dspark serve: " << so.model_name << " ("
-              << (drafter || eo.spec.lookup.enabled() ? (eo.sps.empty() ? "speculative" : "speculative, scheduled")
-                                                      : "plain")
-              << ", parallel " << parallel_ << ") listening on http://" << host_ << ":" << port
+              << (engine.speculative() ? (eo.sps.empty() ? "speculative" : "speculative, scheduled") : "plain")
+              << ", parallel " << parallel_ << ", max queue " << max_queue_
+              << (so.api_keys.empty() ? "" : ", API keys " + std::to_string(so.api_keys.size())) << ") ready"
               << std::endl;
-    server.listen();
-    // listen() also returns when the socket fails; wake the signal thread.
-    pthread_kill(signals.native_handle(), SIGTERM);
-    signals.join();
+
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    draining = true;
+    drain(server, engine, stop_signals);
+    http.join();  // every connection closed: nothing uses the engine any more
     std::cerr << "dspark serve: stopped" << std::endl;
     return 0;
   }
 
  private:
-  // The SPS curve the --sps option asks for (empty: no scheduling).
+  // Graceful shutdown: no new connections or requests; what is in flight
+  // gets --shutdown-timeout to finish (a second signal ends the wait), then
+  // the rest is cancelled — streams end with an error event and [DONE],
+  // other requests get 503. Returns once every connection has closed.
+  void drain(serve::Server& server, serve::Engine& engine, const sigset_t& signals) const {
+    server.drain();
+    std::cerr << "dspark serve: shutting down (" << shutdown_timeout_ << " s for requests in flight)" << std::endl;
+    const auto until =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(shutdown_timeout_ * 1000));
+    while (std::chrono::steady_clock::now() < until) {
+      const serve::EngineLoad l = engine.load();
+      if (l.active == 0 && l.queued == 0) break;
+      const timespec poll{0, 100'000'000};
+      if (sigtimedwait(&signals, nullptr, &poll) > 0) break;
+    }
+    engine.shutdown();
+  }
+
+  // The SPS curve the --sps option asks for (empty: no scheduling, and the
+  // fixed prefill budget alone).
   std::vector<double> sps_curve(TargetModel& target, const Drafter* drafter) const {
     if (sps_ == "none") return {};
-    if (sps_ == "measure") {
+    auto measure = [&] {
       SpsProfileOptions po;
       const int gamma = std::max(drafter_.gamma > 0 ? drafter_.gamma : drafter ? drafter->gamma() : 0,
                                  drafter_.lookup.enabled() ? drafter_.lookup.max_draft : 0);
-      po.bmax = std::min<int>(parallel_ * (gamma + 1), 256);
+      po.bmax = std::clamp<int>(parallel_ * (gamma + 1), 16, 256);
       po.context = 64;
       po.repetitions = 3;
       std::cerr << "measuring SPS(B) for B = 1.." << po.bmax << " ..." << std::endl;
-      return measure_sps(target, po).sps;
-    }
+      return measure_sps(target, po);
+    };
+    if (sps_ == "measure") return measure().sps;
     std::string path = sps_;
     if (sps_ == "auto") {
       path = default_profile_path(sps_profile_key(target.info()));
-      if (!std::filesystem::exists(path)) return {};
+      if (!std::filesystem::exists(path)) {
+        // First use on this machine, as `generate` does: measure and keep it.
+        const SpsProfile p = measure();
+        try {
+          save_sps_profile(path, p);
+        } catch (const std::exception& e) {
+          std::cerr << "warning: the SPS profile is used for this run only: " << e.what() << "\n";
+        }
+        return p.sps;
+      }
     }
     const SpsProfile prof = load_sps_profile(path);
     if (const std::string w = sps_profile_mismatch(prof, path, sps_profile_key(target.info())); !w.empty())
@@ -131,8 +219,9 @@ class ServeCommand : public Command {
     return prof.sps;
   }
 
-  // The -m value's file stem ("smollm2", "SmolLM2-135M-Instruct.Q4_1").
+  // --alias, else the -m value's file stem ("smollm2", "SmolLM2-135M-Instruct.Q4_1").
   std::string model_name() const {
+    if (!alias_.empty()) return alias_;
     std::string stem = std::filesystem::path(model_.model).filename().string();
     if (stem.size() > 5 && stem.ends_with(".gguf")) stem.resize(stem.size() - 5);
     return stem.empty() ? "dspark" : stem;
@@ -144,11 +233,18 @@ class ServeCommand : public Command {
   SamplingParams sampling_;
   RuleOption rule_;
   int64_t prefill_budget_ = 64;
+  double prefill_slowdown_ = 2;
   std::string host_ = "127.0.0.1";
   int port_ = 8080;
   int parallel_ = 8;
   int64_t n_predict_ = 256;
   std::string sps_ = "auto";
+  std::string alias_;
+  std::vector<std::string> api_keys_;
+  std::string api_key_file_;
+  int max_queue_ = 32;
+  double shutdown_timeout_ = 20;
+  double deadline_ = 0;
   int http_threads_ = 0;
 };
 

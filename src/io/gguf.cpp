@@ -127,6 +127,17 @@ GGUFValue read_value(Cursor& c, uint32_t type, const std::string& key, int depth
   return v;
 }
 
+// Offsets summed without wrapping, for messages about offsets beyond 2^64.
+using u128 = unsigned __int128;
+std::string decimal(u128 v) {
+  std::string out;
+  do {
+    out.insert(out.begin(), static_cast<char>('0' + static_cast<int>(v % 10)));
+    v /= 10;
+  } while (v != 0);
+  return out;
+}
+
 [[noreturn]] void type_error(const GGUFValue& v, const char* wanted) {
   throw FormatError(std::string("metadata value of type ") +
                     value_type_name(static_cast<uint32_t>(v.type)) + " used as " + wanted);
@@ -313,7 +324,12 @@ void GGUFFile::parse() {
     if (!kv_.emplace(key, std::move(v)).second) c.fail("duplicate metadata key '" + key + "'");
   }
   if (auto it = kv_.find("general.alignment"); it != kv_.end()) {
-    const uint64_t a = it->second.as_uint();
+    uint64_t a = 0;
+    try {
+      a = it->second.as_uint();
+    } catch (const FormatError& e) {  // a string, a float or a negative number
+      throw FormatError(path_ + ": key 'general.alignment': " + e.what());
+    }
     if (a == 0 || (a & (a - 1)) != 0)
       throw FormatError(path_ + ": general.alignment must be a power of two, found " + std::to_string(a));
     alignment_ = a;
@@ -355,12 +371,15 @@ void GGUFFile::parse() {
       throw FormatError(path_ + ": tensor '" + t.name + "' offset " + std::to_string(t.offset) +
                         " is not aligned to " + std::to_string(alignment_));
     }
-    const uint64_t begin = data_start + t.offset;
-    if (begin > size_ || t.n_bytes > size_ - begin) {
+    // Compared without forming data_start + offset + n_bytes: an offset near
+    // 2^64 would wrap that sum back into the header.
+    const uint64_t room = data_start <= size_ ? size_ - data_start : 0;
+    if (t.offset > room || t.n_bytes > room - t.offset) {
       throw FormatError(path_ + ": truncated file: tensor '" + t.name + "' needs bytes " +
-                        std::to_string(begin) + ".." + std::to_string(begin + t.n_bytes) +
+                        decimal(u128(data_start) + t.offset) + ".." + decimal(u128(data_start) + t.offset + t.n_bytes) +
                         " but the file has " + std::to_string(size_) + " bytes");
     }
+    const uint64_t begin = data_start + t.offset;
     t.data = base_ + begin;
   }
 }

@@ -63,9 +63,15 @@ Gemma3Config parse_gemma3_config(const io::GGUFFile& f) {
       if (static_cast<int64_t>(a.size()) != i.n_layers)
         throw FormatError(f.path() + ": " + pk + " has " + std::to_string(a.size()) + " entries for " +
                           std::to_string(i.n_layers) + " layers");
-      for (size_t l = 0; l < a.size(); ++l) c.local[l] = a[l].as_bool();
+      for (size_t l = 0; l < a.size(); ++l) {
+        try {
+          c.local[l] = a[l].as_bool();
+        } catch (const FormatError& e) {
+          throw FormatError(f.path() + ": key '" + pk + "'[" + std::to_string(l) + "]: " + e.what());
+        }
+      }
     } else {
-      const int64_t P = v ? v->as_int() : 6;
+      const int64_t P = v ? f.get_int(pk) : 6;  // a type error names the key and the file
       if (P < 0) throw FormatError(f.path() + ": " + pk + " must be >= 0, got " + std::to_string(P));
       for (int64_t l = 0; l < i.n_layers; ++l) c.local[static_cast<size_t>(l)] = P == 0 || l % P < P - 1;
     }

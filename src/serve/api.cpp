@@ -1,8 +1,11 @@
 // OpenAI request parsing and response building; see include/dspark/serve/api.hpp.
 #include "dspark/serve/api.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+
+#include "dspark/serve/request_checks.hpp"
 
 namespace dspark::serve {
 
@@ -53,9 +56,141 @@ std::optional<bool> get_bool(const json& j, const char* key) {
   return v->get<bool>();
 }
 
+// Runs a shared check (request_checks.hpp), reporting its InvalidArgument as
+// a RequestError for `param`.
+template <typename F>
+auto checked(const char* param, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const RequestError&) {
+    throw;
+  } catch (const InvalidArgument& e) {
+    throw RequestError(e.what(), param);
+  }
+}
+
+// The decimal text of an integer-valued JSON number (a seed beyond 2^64
+// arrives as a float and keeps its written value, so the check refuses it).
+std::string integer_text(const json& v, const char* key) {
+  if (v.is_number_unsigned()) return std::to_string(v.get<uint64_t>());
+  if (v.is_number_integer()) return std::to_string(v.get<int64_t>());
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.0e15) return std::to_string(static_cast<int64_t>(d));
+    return v.dump();
+  }
+  wrong_type(key, "an integer", v);
+}
+
 std::string num(double x) {
   json j = x;
   return j.dump();
+}
+
+// Content given as parts ([{"type": "text", "text": "..."}], as current
+// OpenAI clients send it): the texts joined with "\n", as vLLM joins them.
+// Any other part type (image_url, input_audio, file) is refused by name.
+std::string text_of_parts(const json& parts, const std::string& where) {
+  std::string text;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const json& part = parts[i];
+    const std::string at = where + ".content[" + std::to_string(i) + "]";
+    if (!part.is_object())
+      throw RequestError("'" + at + "' must be an object {\"type\": \"text\", \"text\": ...}, got " + part.type_name(),
+                         "messages");
+    const json* type = field(part, "type");
+    if (!type || !type->is_string()) throw RequestError("'" + at + ".type' must be a string", "messages");
+    if (type->get<std::string>() != "text")
+      throw RequestError("'" + at + "': content parts of type '" + type->get<std::string>() +
+                             "' are not supported: this server reads text only (parts of type 'text')",
+                         "messages");
+    const json* t = field(part, "text");
+    if (!t || !t->is_string())
+      throw RequestError("'" + at + ".text' must be a string, got " + (t ? t->type_name() : "null"), "messages");
+    if (i > 0) text += '\n';
+    text += t->get<std::string>();
+  }
+  return text;
+}
+
+// One prompt from an array of token ids and strings, in order (llama.cpp's
+// server takes the same mixed form; its strings are tokenized in place).
+PromptInput mixed_prompt(const json& a, const std::string& where) {
+  if (a.empty()) throw RequestError("'" + where + "' must not be empty", "prompt");
+  PromptInput p;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const json& e = a[i];
+    if (e.is_string()) {
+      p.push_back({e.get<std::string>(), {}, true});
+      continue;
+    }
+    const bool integer = e.is_number_integer() || e.is_number_unsigned();
+    if (!integer || e.get<int64_t>() < 0 || e.get<int64_t>() > std::numeric_limits<TokenId>::max())
+      throw RequestError("'" + where + "[" + std::to_string(i) + "]' must be a token id (an integer >= 0) or a string, got " +
+                             e.dump(),
+                         "prompt");
+    if (p.empty() || p.back().is_text) p.push_back({{}, {}, false});
+    p.back().ids.push_back(static_cast<TokenId>(e.get<int64_t>()));
+  }
+  return p;
+}
+
+// "prompt" of /v1/completions: a string; an array of strings (several
+// prompts, one choice each); an array of token ids (one prompt); an array of
+// such arrays (several); or a mixed array of ids and strings (one prompt).
+std::vector<PromptInput> parse_prompts(const json& j) {
+  const json* v = field(j, "prompt");
+  if (!v) throw RequestError("'prompt' is required", "prompt");
+  if (v->is_string()) return {PromptInput{{v->get<std::string>(), {}, true}}};
+  if (!v->is_array())
+    wrong_type("prompt", "a string, an array of strings, an array of token ids or an array of such arrays", *v);
+  if (v->empty()) throw RequestError("'prompt' must not be an empty array", "prompt");
+  // As llama.cpp's server reads it: numbers (with or without strings) make
+  // one prompt; otherwise every element (a string or an array) is a prompt.
+  const bool has_number = std::any_of(v->begin(), v->end(), [](const json& e) { return e.is_number(); });
+  const bool has_array = std::any_of(v->begin(), v->end(), [](const json& e) { return e.is_array(); });
+  std::vector<PromptInput> out;
+  if (has_number && !has_array) {
+    out.push_back(mixed_prompt(*v, "prompt"));
+  } else {
+    for (size_t i = 0; i < v->size(); ++i) {
+      const json& e = (*v)[i];
+      const std::string where = "prompt[" + std::to_string(i) + "]";
+      if (e.is_string()) out.push_back({{e.get<std::string>(), {}, true}});
+      else if (e.is_array()) out.push_back(mixed_prompt(e, where));
+      else throw RequestError("'" + where + "' must be a string or an array of token ids, got " + e.type_name(), "prompt");
+    }
+  }
+  if (out.size() > kMaxPrompts)
+    throw RequestError("'prompt' may hold at most " + std::to_string(kMaxPrompts) + " prompts, got " +
+                           std::to_string(out.size()),
+                       "prompt");
+  return out;
+}
+
+// logprobs / top_logprobs: completions take "logprobs": N (the alternatives
+// per token); chat takes "logprobs": true and "top_logprobs": N. Returns -1
+// when none are asked for.
+int parse_logprobs(const json& j, Endpoint endpoint) {
+  auto in_range = [](int64_t n, const char* key) {
+    if (n < 0 || n > kMaxTopLogprobs)
+      throw RequestError(std::string("'") + key + "' must be in [0, " + std::to_string(kMaxTopLogprobs) + "], got " +
+                             std::to_string(n),
+                         key);
+    return static_cast<int>(n);
+  };
+  if (endpoint == Endpoint::Completions) {
+    const json* v = field(j, "logprobs");
+    if (v && v->is_boolean())
+      wrong_type("logprobs", ("an integer (the alternatives per token, 0.." + std::to_string(kMaxTopLogprobs) + ")").c_str(), *v);
+    const auto n = get_int(j, "logprobs");
+    return n ? in_range(*n, "logprobs") : -1;
+  }
+  const bool on = get_bool(j, "logprobs").value_or(false);
+  const auto top = get_int(j, "top_logprobs");
+  if (top && !on) throw RequestError("'top_logprobs' needs 'logprobs': true", "top_logprobs");
+  if (!on) return -1;
+  return top ? in_range(*top, "top_logprobs") : 0;
 }
 
 std::vector<tok::ChatMessage> parse_messages(const json& j) {
@@ -77,11 +212,11 @@ std::vector<tok::ChatMessage> parse_messages(const json& j) {
       throw RequestError("'" + where + ".role' must be one of system, user, assistant; got '" + r + "'",
                          "messages");
     const json* content = field(m, "content");
-    if (!content || !content->is_string())
-      throw RequestError("'" + where + ".content' must be a string, got " +
+    if (!content || !(content->is_string() || content->is_array()))
+      throw RequestError("'" + where + ".content' must be a string or an array of text parts, got " +
                              (content ? content->type_name() : "null"),
                          "messages");
-    out.push_back({r, content->get<std::string>()});
+    out.push_back({r, content->is_string() ? content->get<std::string>() : text_of_parts(*content, where)});
   }
   return out;
 }
@@ -93,7 +228,6 @@ std::vector<std::string> parse_stop(const json& j) {
   if (v->is_string()) {
     out.push_back(v->get<std::string>());
   } else if (v->is_array()) {
-    if (v->size() > 16) throw RequestError("'stop' may hold at most 16 strings", "stop");
     for (const json& s : *v) {
       if (!s.is_string()) throw RequestError("'stop' must be a string or an array of strings", "stop");
       out.push_back(s.get<std::string>());
@@ -101,8 +235,7 @@ std::vector<std::string> parse_stop(const json& j) {
   } else {
     wrong_type("stop", "a string or an array of strings", *v);
   }
-  std::erase_if(out, [](const std::string& s) { return s.empty(); });
-  return out;
+  return checked("stop", [&] { return stop_strings(std::move(out), "stop"); });
 }
 
 }  // namespace
@@ -122,10 +255,7 @@ ApiRequest parse_request(std::string_view body, Endpoint endpoint, const Samplin
   if (const json* m = field(j, "model"); m && !m->is_string()) wrong_type("model", "a string", *m);
 
   if (endpoint == Endpoint::Completions) {
-    const json* p = field(j, "prompt");
-    if (!p) throw RequestError("'prompt' is required", "prompt");
-    if (!p->is_string()) wrong_type("prompt", "a string", *p);
-    r.prompt = p->get<std::string>();
+    r.prompts = parse_prompts(j);
   } else {
     r.messages = parse_messages(j);
   }
@@ -151,22 +281,24 @@ ApiRequest parse_request(std::string_view body, Endpoint endpoint, const Samplin
     if (!(*p > 0 && *p <= 1)) throw RequestError("'top_p' must be in (0, 1], got " + num(*p), "top_p");
     r.sampling.top_p = static_cast<float>(*p);
   }
-  if (auto k = get_int(j, "top_k")) {
-    if (*k < -1) throw RequestError("'top_k' must be >= -1 (0 or -1: disabled), got " + std::to_string(*k), "top_k");
-    r.sampling.top_k = *k <= 0 ? 0 : static_cast<int>(std::min<int64_t>(*k, std::numeric_limits<int>::max()));
-  }
+  if (auto k = get_int(j, "top_k")) r.sampling.top_k = checked("top_k", [&] { return top_k_value(*k, "top_k"); });
   if (auto p = get_number(j, "min_p")) {
     if (!(*p >= 0 && *p <= 1)) throw RequestError("'min_p' must be in [0, 1], got " + num(*p), "min_p");
     r.sampling.min_p = static_cast<float>(*p);
   }
-  if (auto s = get_int(j, "seed")) {
-    if (*s < -1) throw RequestError("'seed' must be >= 0 (or -1: a random seed), got " + std::to_string(*s), "seed");
-    r.sampling.seed = static_cast<uint64_t>(*s);
-    r.seed_given = *s != -1;
+  if (const json* s = field(j, "seed")) {
+    const std::optional<uint64_t> seed = checked("seed", [&] { return seed_value(integer_text(*s, "seed"), "seed"); });
+    if (seed) r.sampling.seed = *seed;
+    r.seed_given = seed.has_value();
   }
   if (auto n = get_int(j, "n"); n && *n != 1)
     throw RequestError("'n' must be 1 (one choice per request), got " + std::to_string(*n), "n");
   r.stop = parse_stop(j);
+  r.top_logprobs = parse_logprobs(j, endpoint);
+  if (auto d = get_int(j, "deadline_ms")) {
+    if (*d < 1) throw RequestError("'deadline_ms' must be at least 1 (milliseconds), got " + std::to_string(*d), "deadline_ms");
+    r.deadline_ms = *d;
+  }
   r.stream = get_bool(j, "stream").value_or(false);
   if (const json* so = field(j, "stream_options")) {
     if (!so->is_object()) wrong_type("stream_options", "an object", *so);
@@ -206,6 +338,7 @@ nlohmann::json spec_stats_json(const RequestOutcome& o) {
           {"lookup_accepted", s.lookup_accepted},
           {"target_calls", s.target_calls},
           {"acceptance_by_position", s.acceptance_by_position()},
+          {"deadline_exceeded", o.reason == FinishReason::Deadline},
           {"prefill_ms", s.prefill_s * 1e3},
           {"decode_ms", s.decode_s * 1e3}};
 }
@@ -219,14 +352,15 @@ json base(const ResponseMeta& meta, const char* object) {
 bool is_chat(const ResponseMeta& m) { return m.endpoint == Endpoint::ChatCompletions; }
 
 // One choice of a streaming chunk.
-json stream_choice(const ResponseMeta& meta, json delta_or_text, json finish) {
-  json c = {{"index", 0}};
+json stream_choice(const ResponseMeta& meta, json delta_or_text, json finish, int index = 0,
+                   json logprobs = nullptr) {
+  json c = {{"index", index}};
   if (is_chat(meta)) {
     c["delta"] = std::move(delta_or_text);
   } else {
     c["text"] = std::move(delta_or_text);
   }
-  c["logprobs"] = nullptr;
+  c["logprobs"] = std::move(logprobs);
   c["finish_reason"] = std::move(finish);
   return c;
 }
@@ -237,26 +371,92 @@ json chunk_base(const ResponseMeta& meta) {
 
 }  // namespace
 
-nlohmann::json response_json(const ResponseMeta& meta, const std::string& text, const RequestOutcome& o) {
-  json choice = {{"index", 0}};
-  if (is_chat(meta)) {
-    choice["message"] = {{"role", "assistant"}, {"content", text}};
-  } else {
-    choice["text"] = text;
+nlohmann::json logprobs_json(Endpoint endpoint, const std::vector<TokenLogprob>& entries, int64_t& text_offset) {
+  // Tokens go in as their bytes: the response is dumped with invalid UTF-8
+  // replaced (sse_event, the server's send_json).
+  auto as_text = [](const std::string& bytes) -> const std::string& { return bytes; };
+  auto bytes_of = [](const std::string& b) {
+    json a = json::array();
+    for (unsigned char c : b) a.push_back(static_cast<int>(c));
+    return a;
+  };
+  if (endpoint == Endpoint::ChatCompletions) {
+    json content = json::array();
+    for (const TokenLogprob& e : entries) {
+      json top = json::array();
+      for (const auto& [tok, lp] : e.top)
+        top.push_back({{"token", as_text(tok)}, {"logprob", lp}, {"bytes", bytes_of(tok)}});
+      content.push_back({{"token", as_text(e.token)}, {"logprob", e.logprob}, {"bytes", bytes_of(e.token)},
+                         {"top_logprobs", std::move(top)}});
+    }
+    return {{"content", std::move(content)}, {"refusal", nullptr}};
   }
-  choice["logprobs"] = nullptr;
-  choice["finish_reason"] = finish_reason_text(o.reason);
+  json tokens = json::array(), token_logprobs = json::array(), top = json::array(), offsets = json::array();
+  for (const TokenLogprob& e : entries) {
+    tokens.push_back(as_text(e.token));
+    token_logprobs.push_back(e.logprob);
+    if (e.top.empty()) {
+      top.push_back(nullptr);
+    } else {
+      json alt = json::object();
+      for (const auto& [tok, lp] : e.top) alt.emplace(as_text(tok), lp);  // the first of equal texts wins
+      top.push_back(std::move(alt));
+    }
+    offsets.push_back(text_offset);
+    // Characters start at every byte that is not a UTF-8 continuation byte.
+    for (unsigned char c : e.token) text_offset += (c & 0xC0) != 0x80;
+  }
+  return {{"tokens", std::move(tokens)},
+          {"token_logprobs", std::move(token_logprobs)},
+          {"top_logprobs", std::move(top)},
+          {"text_offset", std::move(offsets)}};
+}
+
+RequestOutcome combined(const std::vector<RequestOutcome>& outcomes) {
+  RequestOutcome all;
+  if (outcomes.empty()) return all;
+  all.reason = outcomes.front().reason;
+  for (const RequestOutcome& o : outcomes) {
+    all.prompt_tokens += o.prompt_tokens;
+    all.completion_tokens += o.completion_tokens;
+    all.speculative = all.speculative || o.speculative;
+    all.stats += o.stats;
+  }
+  return all;
+}
+
+nlohmann::json response_json(const ResponseMeta& meta, const std::vector<Choice>& choices) {
+  json out = json::array();
+  std::vector<RequestOutcome> outcomes;
+  for (size_t i = 0; i < choices.size(); ++i) {
+    const Choice& c = choices[i];
+    json choice = {{"index", i}};
+    if (is_chat(meta)) {
+      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+    } else {
+      choice["text"] = c.text;
+    }
+    choice["logprobs"] = c.logprobs;
+    choice["finish_reason"] = finish_reason_text(c.outcome.reason);
+    out.push_back(std::move(choice));
+    outcomes.push_back(c.outcome);
+  }
+  const RequestOutcome all = combined(outcomes);
   json j = base(meta, is_chat(meta) ? "chat.completion" : "text_completion");
-  j["choices"] = json::array({choice});
-  j["usage"] = usage_json(o);
-  j["dspark"] = spec_stats_json(o);
+  j["choices"] = std::move(out);
+  j["usage"] = usage_json(all);
+  j["dspark"] = spec_stats_json(all);
   return j;
 }
 
-nlohmann::json chunk_json(const ResponseMeta& meta, const std::string& text) {
+nlohmann::json response_json(const ResponseMeta& meta, const std::string& text, const RequestOutcome& o) {
+  return response_json(meta, std::vector<Choice>{{text, o, nullptr}});
+}
+
+nlohmann::json chunk_json(const ResponseMeta& meta, const std::string& text, nlohmann::json logprobs, int index) {
   json j = chunk_base(meta);
   j["choices"] = json::array(
-      {stream_choice(meta, is_chat(meta) ? json{{"content", text}} : json(text), nullptr)});
+      {stream_choice(meta, is_chat(meta) ? json{{"content", text}} : json(text), nullptr, index, std::move(logprobs))});
   return j;
 }
 
@@ -266,10 +466,10 @@ nlohmann::json role_chunk_json(const ResponseMeta& meta) {
   return j;
 }
 
-nlohmann::json final_chunk_json(const ResponseMeta& meta, const RequestOutcome& o) {
+nlohmann::json final_chunk_json(const ResponseMeta& meta, const RequestOutcome& o, int index) {
   json j = chunk_base(meta);
   j["choices"] = json::array(
-      {stream_choice(meta, is_chat(meta) ? json::object() : json(""), finish_reason_text(o.reason))});
+      {stream_choice(meta, is_chat(meta) ? json::object() : json(""), finish_reason_text(o.reason), index)});
   j["usage"] = usage_json(o);
   j["dspark"] = spec_stats_json(o);
   return j;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <exception>
+#include <iterator>
 #include <optional>
 #include <utility>
 
@@ -24,32 +25,46 @@ const char* to_string(FinishReason r) {
     case FinishReason::Length: return "length";
     case FinishReason::Cancelled: return "cancelled";
     case FinishReason::Error: return "error";
+    case FinishReason::Deadline: return "deadline";
   }
   return "error";
 }
 
 // ---- Request ----------------------------------------------------------------
 
-bool Request::poll(std::string& text, std::chrono::milliseconds timeout) {
+bool Request::poll(std::string& text, std::chrono::milliseconds timeout, std::vector<TokenLogprob>* logprobs) {
   std::unique_lock lk(mu_);
-  cv_.wait_for(lk, timeout, [&] { return !text_.empty() || ended_; });
+  ++readers_;
+  cv_.wait_for(lk, timeout, [&] { return !text_.empty() || !logprobs_.empty() || ended_; });
+  --readers_;
   text += text_;
   text_.clear();
+  if (logprobs) std::move(logprobs_.begin(), logprobs_.end(), std::back_inserter(*logprobs));
+  logprobs_.clear();
   return ended_;
+}
+
+bool Request::unread_since(Clock::time_point now, std::chrono::milliseconds timeout) {
+  std::lock_guard lk(mu_);
+  return readers_ == 0 && (!text_.empty() || !logprobs_.empty()) && now - pending_since_ > timeout;
 }
 
 std::string Request::wait() {
   std::unique_lock lk(mu_);
+  ++readers_;
   cv_.wait(lk, [&] { return ended_; });
+  --readers_;
   std::string out;
   out.swap(text_);
   return out;
 }
 
-void Request::deliver(std::string_view text) {
+void Request::deliver(std::string_view text, TokenLogprob* logprob) {
   {
     std::lock_guard lk(mu_);
+    if (text_.empty() && logprobs_.empty()) pending_since_ = Clock::now();
     text_.append(text);
+    if (logprob) logprobs_.push_back(std::move(*logprob));
   }
   cv_.notify_all();
 }
@@ -77,16 +92,48 @@ struct Engine::Slot {
   int64_t prompt_len = 0;
   bool failed = false;
   bool shut_down = false;    // cancelled because the engine is stopping
+  bool unread = false;       // cancelled because its text was not taken (EngineOptions::unread_timeout)
   std::string error;
 
+  bool logprobs = false;      // the request asked for log-probabilities
+  bool expired = false;       // its deadline passed
+  bool admitted = false;      // it got a slot
+  const tok::Tokenizer& tokenizer;
+  // Timing, for the metrics: arrival, deadline, the last token; and what
+  // the session has emitted or verified since the metrics last looked.
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point submitted = Clock::now();
+  std::optional<Clock::time_point> deadline;
+  std::optional<Clock::time_point> last_token;
+  std::optional<double> ttft;              // seconds, set by the first token
+  std::vector<double> token_intervals;     // seconds between later tokens
+  int64_t seen_rounds = 0, seen_drafted = 0;
+
   Slot(const tok::Tokenizer& t, std::vector<std::string> stop)
-      : decoder(t), matcher(std::move(stop)) {}
+      : decoder(t), matcher(std::move(stop)), tokenizer(t) {}
+
+  // The session's log-probabilities of a token, with tokens as bytes.
+  TokenLogprob api_logprob(const TokenLogprobs& t) const {
+    TokenLogprob out{tokenizer.token_bytes(t.id), t.logprob, {}};
+    for (size_t i = 0; i < t.top_ids.size(); ++i)
+      out.top.emplace_back(tokenizer.token_bytes(t.top_ids[i]), t.top_logprobs[i]);
+    return out;
+  }
 
   // Called by the session for every emitted token; false ends generation.
   bool on_token(TokenId id) {
+    const auto now = Clock::now();
+    if (last_token) token_intervals.push_back(std::chrono::duration<double>(now - *last_token).count());
+    else ttft = std::chrono::duration<double>(now - submitted).count();
+    last_token = now;
     try {
       const std::string out = matcher.push(decoder.push(id));
-      if (!out.empty()) req->deliver(out);
+      if (logprobs) {
+        TokenLogprob lp = api_logprob(session->result().logprobs.back());
+        req->deliver(out, &lp);
+      } else if (!out.empty()) {
+        req->deliver(out);
+      }
       return !matcher.matched();
     } catch (const std::exception& e) {
       failed = true;
@@ -106,25 +153,38 @@ Engine::Engine(TargetModel& target, const tok::Tokenizer& tokenizer, const Draft
   // Verify lengths are chosen across requests by the runner's policy.
   SpecOptions policy = opts_.spec;
   policy.sps = drafter_ || opts_.spec.lookup.enabled() ? opts_.sps : std::vector<double>{};
-  runner_ = std::make_unique<BatchRunner>(target_, drafter_, policy, RunnerOptions{opts_.prefill_budget});
+  if (!(opts_.prefill_slowdown >= 0))
+    throw InvalidArgument("prefill slowdown must be >= 0, got " + std::to_string(opts_.prefill_slowdown));
+  runner_ = std::make_unique<BatchRunner>(target_, drafter_, policy,
+                                          RunnerOptions{opts_.prefill_budget, opts_.sps, opts_.prefill_slowdown});
+  if (opts_.max_queue < 0) throw InvalidArgument("max_queue must be >= 0, got " + std::to_string(opts_.max_queue));
   load_.parallel = opts_.parallel;
+  load_.max_queue = opts_.max_queue;
   thread_ = std::thread([this] { run(); });
 }
 
 Engine::~Engine() { shutdown(); }
 
 std::shared_ptr<Request> Engine::submit(std::vector<TokenId> prompt, GenerateOptions opts,
-                                        std::vector<std::string> stop) {
+                                        std::vector<std::string> stop,
+                                        std::optional<std::chrono::steady_clock::time_point> deadline) {
   if (opts.on_token) throw InvalidArgument("submit: on_token must be empty");
   auto slot = std::make_unique<Slot>(tokenizer_, std::move(stop));
+  slot->deadline = deadline;
   Slot* s = slot.get();
   opts.on_token = [s](TokenId id) { return s->on_token(id); };
   slot->prompt_len = static_cast<int64_t>(prompt.size());
+  slot->logprobs = opts.top_logprobs >= 0;
   slot->session.emplace(target_, drafter_, std::move(prompt), std::move(opts), opts_.spec);
   auto req = slot->req;
   {
     std::lock_guard lk(mu_);
     if (stopping_) throw Error("the server is shutting down");
+    load_.queued = static_cast<int>(queue_.size());
+    if (load_.full())
+      throw QueueFull(std::to_string(load_.waiting()) + " requests already wait for one of the " +
+                      std::to_string(opts_.parallel) + " slots (the limit is " + std::to_string(opts_.max_queue) +
+                      "); retry later");
     queue_.push_back(std::move(slot));
     load_.queued = static_cast<int>(queue_.size());
   }
@@ -147,20 +207,75 @@ EngineLoad Engine::load() const {
   return load_;
 }
 
+EngineMetrics Engine::metrics() const {
+  std::lock_guard lk(metrics_mu_);
+  EngineMetrics m = metrics_;
+  m.steps = load().steps;
+  return m;
+}
+
+bool Engine::speculative() const { return drafter_ != nullptr || opts_.spec.lookup.enabled(); }
+
+std::vector<std::unique_ptr<Engine::Slot>> Engine::admit(std::vector<std::unique_ptr<Slot>>& active) {
+  std::vector<std::unique_ptr<Slot>> gone;
+  const auto now = std::chrono::steady_clock::now();
+  // Requests whose client left or whose deadline passed never take a slot.
+  for (auto& s : queue_) {
+    if (s->deadline && now >= *s->deadline) s->expired = true;
+    if (s->expired || s->req->cancel_requested()) {
+      s->session->cancel();
+      gone.push_back(std::move(s));
+    }
+  }
+  std::erase(queue_, nullptr);
+  std::vector<double> waited;
+  while (static_cast<int>(active.size()) < opts_.parallel && !queue_.empty()) {
+    Slot& s = *queue_.front();
+    s.admitted = true;
+    waited.push_back(std::chrono::duration<double>(now - s.submitted).count());
+    active.push_back(std::move(queue_.front()));
+    queue_.pop_front();
+  }
+  std::lock_guard lk(metrics_mu_);
+  for (double w : waited) metrics_.queue_time.observe(w);
+  return gone;
+}
+
+void Engine::record_step(std::vector<std::unique_ptr<Slot>>& active) {
+  std::lock_guard lk(metrics_mu_);
+  EngineMetrics& m = metrics_;
+  for (auto& s : active) {
+    if (s->ttft) {
+      m.time_to_first_token.observe(*s->ttft);
+      m.prompt_tokens += s->prompt_len;
+      ++m.generated_tokens;
+      s->ttft.reset();
+    }
+    for (double dt : s->token_intervals) m.time_per_output_token.observe(dt);
+    m.generated_tokens += static_cast<int64_t>(s->token_intervals.size());
+    s->token_intervals.clear();
+    // One round per step: the drafted length it verified.
+    const GenerateStats& st = s->session->result().stats;
+    if (st.rounds == s->seen_rounds + 1) m.verify_length.observe(static_cast<double>(st.drafted - s->seen_drafted));
+    s->seen_rounds = st.rounds;
+    s->seen_drafted = st.drafted;
+  }
+}
+
 void Engine::run() {
-  std::vector<std::unique_ptr<Slot>> active;
+  std::vector<std::unique_ptr<Slot>> active, expired;
   for (;;) {
     {
       std::unique_lock lk(mu_);
       cv_.wait(lk, [&] { return stopping_ || !queue_.empty() || !active.empty(); });
       if (stopping_) break;
-      while (static_cast<int>(active.size()) < opts_.parallel && !queue_.empty()) {
-        active.push_back(std::move(queue_.front()));
-        queue_.pop_front();
-      }
+      expired = admit(active);
       load_.active = static_cast<int>(active.size());
       load_.queued = static_cast<int>(queue_.size());
+      load_.completed += static_cast<int64_t>(expired.size());
     }
+    for (auto& s : expired) finish(*s);
+    expired.clear();
     try {
       step(active);
     } catch (const std::exception& e) {
@@ -169,6 +284,7 @@ void Engine::run() {
       for (auto& s : active)
         if (!s->session->finished()) fail(*s, std::string("internal error: ") + e.what());
     }
+    record_step(active);
     std::vector<std::unique_ptr<Slot>> ended;
     for (auto& s : active)
       if (s->session->finished() || s->failed) ended.push_back(std::move(s));
@@ -204,7 +320,17 @@ void Engine::run() {
 
 void Engine::step(std::vector<std::unique_ptr<Slot>>& active) {
   std::vector<SpecSession*> sessions;
+  const auto now = std::chrono::steady_clock::now();
   for (auto& s : active) {
+    if (s->deadline && now >= *s->deadline && !s->session->finished()) {
+      s->expired = true;
+      s->session->cancel();
+    }
+    if (opts_.unread_timeout.count() > 0 && !s->session->finished() &&
+        s->req->unread_since(now, opts_.unread_timeout)) {
+      s->unread = true;
+      s->session->cancel();
+    }
     if (s->req->cancel_requested()) s->session->cancel();
     if (!s->session->finished() && !s->failed) sessions.push_back(&*s->session);
   }
@@ -232,21 +358,25 @@ void Engine::finish(Slot& slot) {
     o.reason = FinishReason::Error;
     o.error = slot.error;
   } else {
-    if (!slot.matcher.matched()) {
-      try {
-        tail = slot.matcher.push(slot.decoder.flush());
-      } catch (const std::exception&) {
-      }
-      if (!slot.matcher.matched()) tail += slot.matcher.flush();
-    }
+    // A character the last token left unfinished is dropped, not sent as U+FFFD.
+    slot.decoder.finish();
+    if (!slot.matcher.matched()) tail = slot.matcher.flush();
     if (slot.matcher.matched() || res.stopped_by_eog) {
       o.reason = FinishReason::Stop;
     } else if (slot.shut_down) {
       o.reason = FinishReason::Cancelled;
       o.error = "the server is shutting down";
+    } else if (slot.unread) {
+      o.reason = FinishReason::Cancelled;
+      o.error = "cancelled: its output was not read for " + std::to_string(opts_.unread_timeout.count()) +
+                " ms (an abandoned stream)";
     } else if (slot.req->cancel_requested()) {
       o.reason = FinishReason::Cancelled;
       o.error = "cancelled";
+    } else if (slot.expired) {
+      o.reason = FinishReason::Deadline;
+      o.error = slot.admitted ? "the request's deadline passed while it was decoded"
+                              : "the request's deadline passed while it waited for a slot";
     } else {
       o.reason = FinishReason::Length;
     }
@@ -254,7 +384,14 @@ void Engine::finish(Slot& slot) {
   o.prompt_tokens = slot.prompt_len;
   o.completion_tokens = static_cast<int64_t>(res.tokens.size());
   o.stats = res.stats;
-  o.speculative = drafter_ != nullptr || opts_.spec.lookup.enabled();
+  o.speculative = speculative();
+  o.admitted = slot.admitted;
+  {
+    std::lock_guard lk(metrics_mu_);
+    EngineMetrics& m = metrics_;
+    ++m.finished[to_string(o.reason)];
+    m.totals += res.stats;
+  }
   slot.req->complete(tail, std::move(o));
 }
 

@@ -17,12 +17,14 @@ namespace dspark::serve {
 
 struct Server::Impl {};
 
-Server::Server(const LoadedModel&, Engine&, ServerOptions) {
+Server::Server(ServerOptions) {
   throw Error("this dspark was built without cpp-httplib (libcpp-httplib-dev): serve is unavailable");
 }
 Server::~Server() = default;
 int Server::bind() { return -1; }
 void Server::listen() {}
+void Server::attach(const LoadedModel&, Engine&) {}
+void Server::drain() {}
 void Server::stop() {}
 
 }  // namespace dspark::serve
@@ -39,11 +41,16 @@ void Server::stop() {}
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cmath>
 #include <mutex>
 #include <random>
+#include <sys/socket.h>
 
 #include "dspark/serve/api.hpp"
+#include "dspark/serve/metrics.hpp"
+#include "dspark/serve/request_checks.hpp"
 #include "peer_socket.hpp"
+#include "sse_stream.hpp"
 
 namespace dspark::serve {
 
@@ -56,12 +63,17 @@ constexpr const char* kJson = "application/json";
 // Exactly this type: httplib leaves text/event-stream uncompressed, so every
 // chunk reaches the client as soon as it is written.
 constexpr const char* kEventStream = "text/event-stream";
-// How long a streaming response waits for text before writing an SSE comment
-// (which also detects a client that went away while its request was queued).
-constexpr std::chrono::milliseconds kKeepAlive{2000};
 constexpr size_t kMaxBody = size_t{64} << 20;  // bytes of one request body
 // How often a non-streaming request checks that its client is still there.
 constexpr std::chrono::milliseconds kClientCheck{200};
+// The route label of /metrics: the known paths, "other" for the rest.
+std::string route_label(const std::string& path) {
+  static const char* kKnown[] = {"/health", "/metrics", "/v1/models", "/v1/completions", "/v1/chat/completions",
+                                 "/tokenize", "/detokenize"};
+  for (const char* k : kKnown)
+    if (path == k) return k;
+  return "other";
+}
 
 void send_json(httplib::Response& res, int status, const json& body) {
   res.status = status;
@@ -77,36 +89,51 @@ int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(Clock::now().time_since_epoch()).count();
 }
 
-// What a streaming response keeps between calls of its content provider.
-struct StreamState {
-  std::shared_ptr<Request> req;
-  ResponseMeta meta;
-  bool include_usage = false;
-  bool started = false;
-};
-
 }  // namespace
 
 struct Server::Impl {
-  const LoadedModel& model;
-  Engine& engine;
   ServerOptions opts;
+  // Set once by attach(), before `ready`; handlers read them after seeing it.
+  const LoadedModel* model_ptr = nullptr;
+  Engine* engine_ptr = nullptr;
+  std::atomic<bool> ready{false};
   int64_t ctx = 0;
   int64_t started = unix_now();
   httplib::Server http;
   std::atomic<bool> stopping{false};
+  std::atomic<int> listen_fd{-1};  // the listening socket (drain() shuts it down)
   std::mutex rng_mu;
   std::mt19937_64 rng{std::random_device{}()};
+  RequestCounts requests;
 
-  Impl(const LoadedModel& m, Engine& e, ServerOptions o) : model(m), engine(e), opts(std::move(o)) {
-    ctx = opts.ctx_size > 0 ? opts.ctx_size : m.target->info().context;
-    m.target->new_cache(ctx);  // refuses a context beyond the model's before serving
-    const int threads = opts.http_threads > 0 ? opts.http_threads : 4 * engine.load().parallel + 16;
+  explicit Impl(ServerOptions o) : opts(std::move(o)) {
+    const int threads = opts.http_threads > 0 ? opts.http_threads : 4 * opts.parallel + 16;
     http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
     http.set_keep_alive_timeout(2);
     http.set_tcp_nodelay(true);
     http.set_payload_max_length(kMaxBody);
     routes();
+  }
+
+  const LoadedModel& model() const { return *model_ptr; }
+  Engine& engine() const { return *engine_ptr; }
+
+  // Seconds a client turned away for load should wait: the time the
+  // requests ahead of it take on the free slots, from the mean request time
+  // so far (1 s before any has finished), between 1 and 60.
+  int retry_after() const {
+    if (!ready) return 5;
+    const EngineLoad l = engine().load();
+    const EngineMetrics m = engine().metrics();
+    const int64_t done = m.time_to_first_token.count();
+    const double mean = done > 0 ? (m.time_to_first_token.sum() + m.time_per_output_token.sum()) / done : 1.0;
+    const double wait = mean * (l.waiting() + 1) / std::max(1, l.parallel);
+    return static_cast<int>(std::clamp(std::ceil(wait), 1.0, 60.0));
+  }
+
+  void send_unavailable(httplib::Response& res, const std::string& message, int retry) {
+    res.set_header("Retry-After", std::to_string(retry));
+    send_error(res, 503, message, "server_error");
   }
 
   uint64_t random() {
@@ -123,42 +150,87 @@ struct Server::Impl {
 
   void routes() {
     http.Get("/health", [this](const httplib::Request&, httplib::Response& res) { health(res); });
-    http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) { models(res); });
+    http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) { metrics(res); });
+    http.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
+      if (admitted(req, res)) models(res);
+    });
     http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-      generate(req, res, Endpoint::Completions);
+      if (admitted(req, res)) generate(req, res, Endpoint::Completions);
     });
     http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
-      generate(req, res, Endpoint::ChatCompletions);
+      if (admitted(req, res)) generate(req, res, Endpoint::ChatCompletions);
     });
-    // A POST's body framing is checked before the HTTP library reads the
-    // body: without this, a missing or unreadable Content-Length makes it
-    // wait for the read timeout (5 s) before refusing the request.
-    http.set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
-      if (req.method != "POST" || req.has_header("Transfer-Encoding"))
-        return httplib::Server::HandlerResponse::Unhandled;
-      const std::string length = req.get_header_value("Content-Length");
-      int status = 0;
-      std::string message;
-      if (length.empty()) {
-        status = 411;
-        message = "a POST needs a Content-Length header (the size of its JSON body in bytes)";
-      } else if (malformed_content_length(length)) {
-        status = 400;
-        message = "Content-Length: expected a non-negative integer, got '" + length + "'";
-      } else if (length.size() > 9 || std::stoull(length) > kMaxBody) {
-        status = 413;
-        message = "request body too large: Content-Length " + length + ", the limit is 64 MiB";
-      }
-      if (status == 0) return httplib::Server::HandlerResponse::Unhandled;
-      res.set_header("Connection", "close");  // the unread body must not be read as a request
-      send_error(res, status, message, "invalid_request_error");
-      return httplib::Server::HandlerResponse::Handled;
+    http.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
+      if (admitted(req, res)) tokenize(req, res);
     });
+    http.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
+      if (admitted(req, res)) detokenize(req, res);
+    });
+    // Counts every answered request for /metrics, once its response is written.
+    http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+      requests.add(route_label(req.path), res.status);
+    });
+    http.set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) { return framing(req, res); });
+    error_handlers();
+  }
+
+  // Whether a model route may serve `req`; otherwise answers it: 401 without
+  // a valid API key, 503 while the model loads or the server drains. Checked
+  // once the body is read (answering before it would leave the body to be
+  // read as the next request on the connection).
+  bool admitted(const httplib::Request& req, httplib::Response& res) {
+    if (!opts.api_keys.allows(req.get_header_value("Authorization"))) {
+      res.set_header("WWW-Authenticate", "Bearer");
+      send_json(res, 401,
+                {{"error",
+                  {{"message", req.has_header("Authorization")
+                                   ? "Incorrect API key provided (send 'Authorization: Bearer <key>')."
+                                   : "No API key provided: send 'Authorization: Bearer <key>'."},
+                   {"type", "invalid_request_error"},
+                   {"param", nullptr},
+                   {"code", "invalid_api_key"}}}});
+      return false;
+    }
+    if (!ready || stopping) {
+      res.set_header("Connection", "close");
+      send_unavailable(res, stopping ? "the server is shutting down" : "the model is loading", stopping ? 1 : 5);
+      return false;
+    }
+    return true;
+  }
+
+  // A POST's body framing, checked before the HTTP library reads the body:
+  // without this, a missing or unreadable Content-Length makes it wait for
+  // the read timeout (5 s) before refusing the request.
+  static httplib::Server::HandlerResponse framing(const httplib::Request& req, httplib::Response& res) {
+    if (req.method != "POST" || req.has_header("Transfer-Encoding"))
+      return httplib::Server::HandlerResponse::Unhandled;
+    const std::string length = req.get_header_value("Content-Length");
+    int status = 0;
+    std::string message;
+    if (length.empty()) {
+      status = 411;
+      message = "a POST needs a Content-Length header (the size of its JSON body in bytes)";
+    } else if (malformed_content_length(length)) {
+      status = 400;
+      message = "Content-Length: expected a non-negative integer, got '" + length + "'";
+    } else if (length.size() > 9 || std::stoull(length) > kMaxBody) {
+      status = 413;
+      message = "request body too large: Content-Length " + length + ", the limit is 64 MiB";
+    }
+    if (status == 0) return httplib::Server::HandlerResponse::Unhandled;
+    res.set_header("Connection", "close");  // the unread body must not be read as a request
+    send_error(res, status, message, "invalid_request_error");
+    return httplib::Server::HandlerResponse::Handled;
+  }
+
+  void error_handlers() {
     http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
       if (!res.body.empty()) return;  // a handler already wrote an error body
       // A known path asked with another method: 405 with the allowed one.
       static constexpr std::pair<const char*, const char*> kRoutes[] = {
-          {"/health", "GET"}, {"/v1/models", "GET"}, {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"}};
+          {"/health", "GET"},         {"/v1/models", "GET"},   {"/v1/completions", "POST"},
+          {"/v1/chat/completions", "POST"}, {"/tokenize", "POST"}, {"/detokenize", "POST"}};
       if (res.status == 404 || res.status == 400) {
         for (const auto& [path, method] : kRoutes) {
           if (req.path != path || req.method == method) continue;
@@ -204,17 +276,43 @@ struct Server::Impl {
     });
   }
 
+  // GET /health: "loading" (503) until the model is attached, "ready" (200)
+  // while a request would be taken, "full" (503, Retry-After) while the wait
+  // queue is at --max-queue, "shutting down" (503) once drain() began.
   void health(httplib::Response& res) {
-    const EngineLoad l = engine.load();
-    send_json(res, stopping ? 503 : 200,
-              {{"status", stopping ? "shutting down" : "ok"},
+    if (!ready) {
+      res.set_header("Retry-After", "5");
+      return send_json(res, 503, {{"status", stopping ? "shutting down" : "loading"}, {"model", opts.model_name}});
+    }
+    const EngineLoad l = engine().load();
+    const char* status = stopping ? "shutting down" : l.full() ? "full" : "ready";
+    if (!stopping && l.full()) res.set_header("Retry-After", std::to_string(retry_after()));
+    send_json(res, stopping || l.full() ? 503 : 200,
+              {{"status", status},
                {"model", opts.model_name},
-               {"speculative", engine.drafter() != nullptr},
+               {"speculative", engine().speculative()},
                {"active", l.active},
                {"queued", l.queued},
                {"parallel", l.parallel},
+               {"max_queue", l.max_queue},
                {"steps", l.steps},
                {"completed", l.completed}});
+  }
+
+  // GET /metrics: Prometheus text (metrics.hpp).
+  void metrics(httplib::Response& res) {
+    EngineMetrics m;
+    ServerGauges g;
+    bool speculative = false;
+    if (ready) {
+      m = engine().metrics();
+      const EngineLoad l = engine().load();
+      g = {l.active, l.queued, l.parallel, l.max_queue};
+      speculative = engine().speculative();
+    }
+    res.status = 200;
+    res.set_content(prometheus_text(opts.model_name, speculative, m, g, requests.snapshot()),
+                    "text/plain; version=0.0.4; charset=utf-8");
   }
 
   void models(httplib::Response& res) {
@@ -227,69 +325,153 @@ struct Server::Impl {
                                       {"context_length", ctx}}})}});
   }
 
-  // Prompt ids of a validated request. Throws RequestError.
-  std::vector<TokenId> prompt_ids(const ApiRequest& ar) const {
-    if (ar.endpoint == Endpoint::Completions) return model.encode_prompt(ar.prompt, false);
-    if (!model.chat)
+  // POST /tokenize {"content": text, "add_special": false} → {"tokens": [...]}
+  // (llama.cpp's server): the ids a completions prompt of that text gets with
+  // add_special (BOS as `generate -p` adds it), or the text's own ids.
+  void tokenize(const httplib::Request& req, httplib::Response& res) {
+    try {
+      const json j = parse_object(req.body);
+      const auto content = j.find("content");
+      if (content == j.end() || !content->is_string())
+        throw RequestError("'content' must be a string", "content");
+      const auto special = j.find("add_special");
+      if (special != j.end() && !special->is_boolean()) throw RequestError("'add_special' must be a boolean", "add_special");
+      const std::string text = content->get<std::string>();
+      const bool add = special != j.end() && special->get<bool>();
+      send_json(res, 200, {{"tokens", add ? model().encode_prompt(text, false) : model().tokenizer->encode(text, true)}});
+    } catch (const RequestError& e) {
+      send_error(res, 400, e.what(), "invalid_request_error", e.param());
+    }
+  }
+
+  // POST /detokenize {"tokens": [...]} → {"content": text} (llama.cpp's server).
+  void detokenize(const httplib::Request& req, httplib::Response& res) {
+    try {
+      const json j = parse_object(req.body);
+      const auto tokens = j.find("tokens");
+      if (tokens == j.end() || !tokens->is_array()) throw RequestError("'tokens' must be an array of token ids", "tokens");
+      std::vector<TokenId> ids;
+      const int64_t vocab = model().target->info().vocab;
+      for (const json& t : *tokens) {
+        if (!(t.is_number_integer() || t.is_number_unsigned()) || t.get<int64_t>() < 0 || t.get<int64_t>() >= vocab)
+          throw RequestError("'tokens': expected token ids in [0, " + std::to_string(vocab) + "), got " + t.dump(), "tokens");
+        ids.push_back(static_cast<TokenId>(t.get<int64_t>()));
+      }
+      send_json(res, 200, {{"content", model().tokenizer->decode(ids)}});
+    } catch (const RequestError& e) {
+      send_error(res, 400, e.what(), "invalid_request_error", e.param());
+    }
+  }
+
+  static json parse_object(const std::string& body) {
+    json j = json::parse(body, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) throw RequestError("the request body must be a JSON object");
+    return j;
+  }
+
+  // Token ids of one completions prompt: text pieces tokenized (the first
+  // piece with BOS, as `generate -p` does), ids as given. Throws RequestError.
+  std::vector<TokenId> completion_ids(const PromptInput& prompt) const {
+    std::vector<TokenId> ids;
+    const int64_t vocab = model().target->info().vocab;
+    for (size_t i = 0; i < prompt.size(); ++i) {
+      const PromptPiece& piece = prompt[i];
+      if (piece.is_text) {
+        const auto t = i == 0 ? model().encode_prompt(piece.text, false) : model().tokenizer->encode(piece.text, true);
+        ids.insert(ids.end(), t.begin(), t.end());
+        continue;
+      }
+      for (TokenId id : piece.ids)
+        if (id >= vocab)
+          throw RequestError("'prompt': token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                                 std::to_string(vocab) + ")",
+                             "prompt");
+      ids.insert(ids.end(), piece.ids.begin(), piece.ids.end());
+    }
+    return ids;
+  }
+
+  // Prompt ids of a validated request, one per choice. Throws RequestError.
+  std::vector<std::vector<TokenId>> prompt_ids(const ApiRequest& ar) const {
+    std::vector<std::vector<TokenId>> out;
+    if (ar.endpoint == Endpoint::Completions) {
+      for (const PromptInput& p : ar.prompts) out.push_back(completion_ids(p));
+      return out;
+    }
+    if (!model().chat)
       throw RequestError("the model declares no supported chat template; use /v1/completions", "messages");
     try {
-      return model.chat->apply(ar.messages, true);
+      out.push_back(model().chat->apply(ar.messages, true));
     } catch (const InvalidArgument& e) {
       throw RequestError(e.what(), "messages");
     }
+    return out;
+  }
+
+  // The generation options of one prompt of a validated request. Throws RequestError.
+  GenerateOptions options_for(const ApiRequest& ar, int64_t n_prompt) {
+    const char* prompt_param = ar.endpoint == Endpoint::Completions ? "prompt" : "messages";
+    try {
+      check_prompt_length(n_prompt, ctx, prompt_param);
+    } catch (const InvalidArgument& e) {
+      throw RequestError(e.what(), prompt_param);
+    }
+    try {
+      if (ar.max_tokens) check_max_tokens(*ar.max_tokens, n_prompt, ctx, "max_tokens");
+    } catch (const InvalidArgument& e) {
+      throw RequestError(e.what(), "max_tokens");
+    }
+    GenerateOptions g;
+    g.n_predict = ar.max_tokens.value_or(std::min(opts.default_max_tokens, ctx - n_prompt));
+    g.ctx_size = ctx;
+    g.sampling = ar.sampling;
+    // A request that names a seed gets seed-stable text: the same whatever
+    // else the server is decoding (sampling.hpp, SamplingRule).
+    if (ar.seed_given) g.sampling.rule = SamplingRule::SeedStable;
+    else g.sampling.seed = random();
+    g.stop_ids = model().stop_ids;
+    g.top_logprobs = ar.top_logprobs;
+    return g;
   }
 
   void generate(const httplib::Request& req, httplib::Response& res, Endpoint ep) {
     try {
-      if (stopping) return send_error(res, 503, "the server is shutting down", "server_error");
       const ApiRequest ar = parse_request(req.body, ep, opts.defaults);
-      const char* prompt_param = ep == Endpoint::Completions ? "prompt" : "messages";
-      std::vector<TokenId> prompt = prompt_ids(ar);
-      const int64_t n_prompt = static_cast<int64_t>(prompt.size());
-      if (n_prompt == 0) throw RequestError("the prompt is empty", prompt_param);
-      if (n_prompt >= ctx)
-        throw RequestError("the prompt has " + std::to_string(n_prompt) +
-                               " tokens; the context holds " + std::to_string(ctx) +
-                               " (prompt and at least one generated token must fit)",
-                           prompt_param);
-      if (ar.max_tokens && *ar.max_tokens > ctx - n_prompt)  // no overflow for huge max_tokens
-        throw RequestError("prompt (" + std::to_string(n_prompt) + " tokens) + max_tokens (" +
-                               std::to_string(*ar.max_tokens) + ") exceeds the context length (" +
-                               std::to_string(ctx) + ")",
-                           "max_tokens");
-      GenerateOptions g;
-      g.n_predict = ar.max_tokens.value_or(std::min(opts.default_max_tokens, ctx - n_prompt));
-      g.ctx_size = ctx;
-      g.sampling = ar.sampling;
-      // A request that names a seed gets seed-stable text: the same whatever
-      // else the server is decoding (sampling.hpp, SamplingRule).
-      if (ar.seed_given) g.sampling.rule = SamplingRule::SeedStable;
-      else g.sampling.seed = random();
-      g.stop_ids = model.stop_ids;
+      std::vector<std::vector<TokenId>> prompts = prompt_ids(ar);
+      std::vector<GenerateOptions> options;
+      for (const auto& p : prompts) options.push_back(options_for(ar, static_cast<int64_t>(p.size())));
 
-      std::shared_ptr<Request> request;
+      std::optional<std::chrono::steady_clock::time_point> deadline;
+      if (const int64_t ms = ar.deadline_ms.value_or(opts.default_deadline.count()); ms > 0)
+        deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+      std::vector<std::shared_ptr<Request>> requests;
       try {
-        request = engine.submit(std::move(prompt), std::move(g), ar.stop);
-      } catch (const InvalidArgument& e) {
-        throw RequestError(e.what());
-      } catch (const Error& e) {
-        return send_error(res, 503, e.what(), "server_error");
+        for (size_t i = 0; i < prompts.size(); ++i)
+          requests.push_back(engine().submit(std::move(prompts[i]), std::move(options[i]), ar.stop, deadline));
+      } catch (const std::exception& e) {
+        for (auto& r : requests) r->cancel();
+        if (dynamic_cast<const InvalidArgument*>(&e)) throw RequestError(e.what());
+        return send_unavailable(res, e.what(), dynamic_cast<const QueueFull*>(&e) ? retry_after() : 1);
       }
       ResponseMeta meta{ep, new_id(ep == Endpoint::Completions ? "cmpl-" : "chatcmpl-"), unix_now(),
                         opts.model_name};
-      if (ar.stream) return stream(res, std::move(request), std::move(meta), ar.include_usage);
+      if (ar.stream) return stream(res, std::move(requests), std::move(meta), ar.include_usage, ar.top_logprobs >= 0);
 
-      const std::string text = wait_watching_client(req, *request);
-      const RequestOutcome& o = request->outcome();
-      switch (o.reason) {
-        case FinishReason::Stop:
-        case FinishReason::Length:
-          return send_json(res, 200, response_json(meta, text, o));
-        case FinishReason::Cancelled:
-          return send_error(res, 503, o.error, "server_error");
-        case FinishReason::Error:
-          return send_error(res, 500, "generation failed: " + o.error, "server_error");
+      std::vector<Choice> choices;
+      for (auto& request : requests) {
+        std::vector<TokenLogprob> logprobs;
+        std::string text = wait_watching_client(req, *request, logprobs);
+        const RequestOutcome& o = request->outcome();
+        if (!answered(o)) {
+          for (auto& r : requests) r->cancel();
+          if (o.reason == FinishReason::Error) return send_error(res, 500, "generation failed: " + o.error, "server_error");
+          return send_unavailable(res, o.error, o.reason == FinishReason::Deadline ? retry_after() : 1);
+        }
+        int64_t offset = 0;
+        json lp = ar.top_logprobs >= 0 ? logprobs_json(ep, logprobs, offset) : json(nullptr);
+        choices.push_back({std::move(text), o, std::move(lp)});
       }
+      send_json(res, 200, response_json(meta, choices));
     } catch (const RequestError& e) {
       send_error(res, 400, e.what(), "invalid_request_error", e.param());
     } catch (const std::exception& e) {
@@ -299,64 +481,44 @@ struct Server::Impl {
 
   // Waits for a non-streaming request to end; cancels it when its client
   // closes the connection meanwhile (the slot is freed at the next step).
-  static std::string wait_watching_client(const httplib::Request& http_req, Request& request) {
+  static std::string wait_watching_client(const httplib::Request& http_req, Request& request,
+                                          std::vector<TokenLogprob>& logprobs) {
     const int fd = find_connection_socket(http_req.local_addr, http_req.local_port, http_req.remote_addr,
                                           http_req.remote_port);
     std::string text;
-    while (!request.poll(text, kClientCheck))
+    while (!request.poll(text, kClientCheck, &logprobs))
       if (fd >= 0 && !request.cancel_requested() && peer_closed(fd)) request.cancel();
     return text;
   }
 
-  void stream(httplib::Response& res, std::shared_ptr<Request> request, ResponseMeta meta,
-              bool include_usage) {
-    auto st = std::make_shared<StreamState>();
-    st->req = std::move(request);
-    st->meta = std::move(meta);
-    st->include_usage = include_usage;
+  // Streams the choices of `requests` as server-sent events (SseStream).
+  static void stream(httplib::Response& res, std::vector<std::shared_ptr<Request>> requests, ResponseMeta meta,
+                     bool include_usage, bool logprobs) {
+    auto st = std::make_shared<SseStream>(std::move(requests), std::move(meta), include_usage, logprobs);
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         kEventStream,
         [st](size_t, httplib::DataSink& sink) {
           // Called repeatedly until done(); each call writes something, so a
           // client that has gone away is noticed by a failed write.
-          std::string out;
-          if (!st->started) {
-            st->started = true;
-            if (st->meta.endpoint == Endpoint::ChatCompletions) out += sse_event(role_chunk_json(st->meta));
-          }
-          std::string text;
-          const bool ended = st->req->poll(text, out.empty() ? kKeepAlive : std::chrono::milliseconds(0));
-          if (!text.empty()) out += sse_event(chunk_json(st->meta, text));
-          if (ended) {
-            const RequestOutcome& o = st->req->outcome();
-            if (o.reason == FinishReason::Stop || o.reason == FinishReason::Length) {
-              out += sse_event(final_chunk_json(st->meta, o));
-              if (st->include_usage) out += sse_event(usage_chunk_json(st->meta, o));
-            } else {
-              out += sse_event(error_body(o.reason == FinishReason::Error ? "generation failed: " + o.error
-                                                                            : o.error,
-                                          "server_error"));
-            }
-            out += "data: [DONE]\n\n";
-          }
-          if (out.empty()) out = ": keep-alive\n\n";
+          const std::string out = st->next_events();
           if (!sink.write(out.data(), out.size())) {
-            st->req->cancel();
+            st->cancel();
             return false;
           }
-          if (ended) sink.done();
+          if (st->done()) sink.done();
           return true;
         },
         // Runs when the response is destroyed, however the stream ended;
-        // a no-op for a request that already ended.
-        [st](bool) { st->req->cancel(); });
+        // a no-op for requests that already ended.
+        [st](bool) { st->cancel(); });
   }
 };
 
-Server::Server(const LoadedModel& model, Engine& engine, ServerOptions opts) {
+
+Server::Server(ServerOptions opts) {
   std::signal(SIGPIPE, SIG_IGN);
-  impl_ = std::make_unique<Impl>(model, engine, std::move(opts));
+  impl_ = std::make_unique<Impl>(std::move(opts));
 }
 
 Server::~Server() { stop(); }
@@ -366,9 +528,11 @@ int Server::bind() {
   // httplib's default options add SO_REUSEPORT, which lets a second server
   // bind a port that is already serving and share its connections; keep only
   // SO_REUSEADDR (rebinding right after a restart) so a taken port is an error.
-  s.http.set_socket_options([](socket_t sock) {
+  // The socket is the listening one: drain() shuts it down.
+  s.http.set_socket_options([&s](socket_t sock) {
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    s.listen_fd = sock;
   });
   if (s.opts.port == 0) {
     const int port = s.http.bind_to_any_port(s.opts.host);
@@ -383,9 +547,33 @@ int Server::bind() {
 
 void Server::listen() { impl_->http.listen_after_bind(); }
 
+void Server::attach(const LoadedModel& model, Engine& engine) {
+  Impl& s = *impl_;
+  s.ctx = s.opts.ctx_size > 0 ? s.opts.ctx_size : model.target->info().context;
+  model.target->new_cache(s.ctx);  // refuses a context beyond the model's before serving
+  s.model_ptr = &model;
+  s.engine_ptr = &engine;
+  s.ready = true;
+}
+
+void Server::drain() {
+  Impl& s = *impl_;
+  if (s.stopping.exchange(true)) return;
+  // No new connections: the listening loop of the HTTP library sees accept()
+  // fail and ends, then waits for the open connections. Its stop() would
+  // also end the streams in progress (their writer checks it), so it is not
+  // called here.
+  if (const int fd = s.listen_fd.load(); fd >= 0) ::shutdown(fd, SHUT_RDWR);
+}
+
 void Server::stop() {
-  impl_->stopping = true;
-  impl_->http.stop();
+  Impl& s = *impl_;
+  if (s.stopping.exchange(true) && s.listen_fd.load() >= 0) {
+    // After drain(): the listening socket is closed already (its descriptor
+    // number may be reused); the connections end on their own.
+    return;
+  }
+  s.http.stop();
 }
 
 }  // namespace dspark::serve

@@ -5,6 +5,8 @@
 #include <exception>
 #include <vector>
 
+#include "dspark/speculative/scheduler.hpp"
+
 namespace dspark {
 
 int64_t prefill_attention_span(const TargetInfo& t) {
@@ -21,6 +23,14 @@ int64_t prefill_attention_span(const TargetInfo& t) {
 double prefill_cost(int64_t n, int64_t context, int64_t span) {
   const double nn = static_cast<double>(n);
   return nn + (nn * static_cast<double>(context) + nn * (nn - 1) / 2) / static_cast<double>(span);
+}
+
+int64_t timed_prefill_budget(const std::vector<double>& sps, int64_t decoding, double slowdown, int64_t cap) {
+  if (decoding <= 0 || sps.empty() || !(slowdown > 0)) return cap;
+  const double limit = slowdown / sps_at(sps, decoding);
+  int64_t p = 0;
+  while (p < cap && 1.0 / sps_at(sps, decoding + p + 1) <= limit) ++p;
+  return p;
 }
 
 BatchRunner::BatchRunner(TargetModel& target, const DraftModel* drafter, const SpecOptions& spec, RunnerOptions opts)
@@ -64,7 +74,8 @@ int64_t BatchRunner::step(std::span<SpecSession* const> sessions, const ErrorHan
     std::stable_sort(prefilling.begin(), prefilling.end(), [](const SpecSession* a, const SpecSession* b) {
       return a->prefill_remaining() < b->prefill_remaining();
     });
-    double left = static_cast<double>(opts_.prefill_budget);
+    double left = static_cast<double>(timed_prefill_budget(
+        opts_.sps, static_cast<int64_t>(decoding.size()), opts_.prefill_slowdown, opts_.prefill_budget));
     for (SpecSession* s : prefilling) {
       int64_t n = chunk_within(*s, left, span_);
       if (n == 0 && batch.empty()) n = 1;  // progress even when one token exceeds the budget

@@ -57,6 +57,9 @@ struct SpecSession::Impl {
       : target(t), drafter(d), prompt(std::move(p)), opts(std::move(o)), spec(std::move(s)),
         cache(t.new_cache(opts.ctx_size)), rng(opts.sampling.seed) {
     opts.sampling.validate();
+    if (opts.top_logprobs < -1 || opts.top_logprobs > kMaxTopLogprobs)
+      throw InvalidArgument("top_logprobs must be in [-1, " + std::to_string(kMaxTopLogprobs) + "], got " +
+                            std::to_string(opts.top_logprobs));
     check_prompt_fits(static_cast<int64_t>(prompt.size()), cache.max_tokens());
     spec.lookup.validate();
     if (spec.lookup.enabled()) {
@@ -135,14 +138,17 @@ struct SpecSession::Impl {
     return std::find(opts.stop_ids.begin(), opts.stop_ids.end(), t) != opts.stop_ids.end();
   }
 
-  // Emits one token; returns false (and finishes) when generation must end.
-  bool emit(TokenId t) {
+  // Emits one token, picked from the target's logits `row` [V]; returns
+  // false (and finishes) when generation must end.
+  bool emit(TokenId t, const float* row) {
     if (is_stop(t)) {
       res.stopped_by_eog = true;
       res.stop_token = t;
       return finish();
     }
     res.tokens.push_back(t);
+    if (opts.top_logprobs >= 0)
+      res.logprobs.push_back(token_logprobs(row, target.info().vocab, t, opts.top_logprobs));
     if (lookup_gamma > 0) history.push_back(t);
     if (opts.on_token && !opts.on_token(t)) return finish();
     if (static_cast<int64_t>(res.tokens.size()) >= opts.n_predict) return finish();
@@ -277,11 +283,12 @@ void SpecSession::consume(const ForwardOut& out) {
     if (s.drafter) s.drafter->append_context(s.ds, out.taps);
     s.n_prefilled += s.chunk_sent;
     if (s.n_prefilled < static_cast<int64_t>(s.prompt.size())) return;  // more chunks to come
-    s.anchor = s.target_token(out.logits.data_ptr<float>(), V, s.n_prefilled);
+    const float* last = out.logits.data_ptr<float>();
+    s.anchor = s.target_token(last, V, s.n_prefilled);
     s.prefilled = true;
     s.t_prefilled = Clock::now();
     st.prefill_s = seconds(s.t_start, s.t_prefilled);
-    if (s.emit(s.anchor)) s.after_anchor();
+    if (s.emit(s.anchor, last)) s.after_anchor();
     return;
   }
   const float* logits = out.logits.data_ptr<float>();
@@ -328,10 +335,12 @@ void SpecSession::consume(const ForwardOut& out) {
     s.cache.trim(ell - n_acc);
     if (s.drafter) s.drafter->append_context(s.ds, out.taps.narrow(0, 0, n_acc + 1));
   }
+  // Row k of the verify output is the target's distribution at the k-th
+  // emitted token of the round, exactly as plain decoding computes it.
   for (int k = 0; k < n_acc; ++k)
-    if (!s.emit(s.dr.tokens[k])) return;
+    if (!s.emit(s.dr.tokens[k], logits + k * V)) return;
   s.anchor = next;
-  if (s.emit(next)) s.after_anchor();
+  if (s.emit(next, logits + n_acc * V)) s.after_anchor();
 }
 
 }  // namespace dspark

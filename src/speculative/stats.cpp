@@ -2,6 +2,7 @@
 #include "dspark/speculative/stats.hpp"
 
 #include <cstddef>
+#include <utility>
 
 namespace dspark {
 
@@ -17,6 +18,28 @@ std::vector<double> GenerateStats::acceptance_by_position() const {
                ? static_cast<double>(accepted_by_position[k]) / reached_by_position[k]
                : 0.0;
   return a;
+}
+
+GenerateStats& GenerateStats::operator+=(const GenerateStats& o) {
+  prompt_tokens += o.prompt_tokens;
+  generated_tokens += o.generated_tokens;
+  prefill_s += o.prefill_s;
+  decode_s += o.decode_s;
+  target_calls += o.target_calls;
+  drafted += o.drafted;
+  accepted += o.accepted;
+  rounds += o.rounds;
+  lookup_rounds += o.lookup_rounds;
+  lookup_drafted += o.lookup_drafted;
+  lookup_accepted += o.lookup_accepted;
+  draft_s += o.draft_s;
+  verify_s += o.verify_s;
+  for (auto [from, to] : {std::pair{&o.reached_by_position, &reached_by_position},
+                          std::pair{&o.accepted_by_position, &accepted_by_position}}) {
+    if (to->size() < from->size()) to->resize(from->size(), 0);
+    for (size_t k = 0; k < from->size(); ++k) (*to)[k] += (*from)[k];
+  }
+  return *this;
 }
 
 }  // namespace dspark

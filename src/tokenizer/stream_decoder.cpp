@@ -32,4 +32,10 @@ std::string StreamDecoder::flush() {
   return out;
 }
 
+void StreamDecoder::finish() {
+  // push() returns every sequence that is complete or can never complete, so
+  // what is left is the unfinished prefix of one character.
+  pending_.clear();
+}
+
 }  // namespace dspark::tok

@@ -25,8 +25,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (r.max_tokens && *r.max_tokens < 0) std::abort();
     ResponseMeta meta;
     meta.endpoint = r.endpoint;
-    (void)response_json(meta, r.prompt, RequestOutcome{}).dump();
-    (void)sse_event(chunk_json(meta, r.prompt));
+    // Request text echoed into responses: the dumps must survive any bytes.
+    const std::string text = r.prompts.empty() || r.prompts[0].empty() ? std::string() : r.prompts[0][0].text;
+    if (r.endpoint == Endpoint::Completions && r.prompts.empty()) std::abort();
+    (void)response_json(meta, text, RequestOutcome{}).dump();
+    (void)sse_event(chunk_json(meta, text));
   } catch (const InvalidArgument&) {  // RequestError, or validate()
   }
   return 0;

@@ -206,3 +206,49 @@ def test_lookup_drafts_alone_equal_plain(plain_model):
     assert got["dspark"]["lookup_accepted"] > 0
     with pytest.raises(ValueError, match="lookup_ngram"):
         dspark.Model("smollm2", drafter=None, lookup_ngram=-1)
+
+
+def test_request_checks_are_the_servers(plain_model):
+    # The same checks as `dspark serve` (dspark/serve/request_checks.hpp).
+    with pytest.raises(ValueError, match=r"^max_tokens: prompt \(\d+ tokens\) \+ max_tokens \(1000000000000\) exceeds"):
+        plain_model.generate("x", max_tokens=10**12)
+    with pytest.raises(ValueError, match="^stop: expected at most 16 stop strings, got 20$"):
+        plain_model.generate("x", max_tokens=2, stop=[str(i) for i in range(20)])
+    with pytest.raises(ValueError, match=r"^seed: expected -1 \(a random seed\) or an integer in \[0, 2\^64\), got '18446744073709551617'$"):
+        plain_model.generate("x", max_tokens=2, temperature=1, seed=2**64 + 1)
+    with pytest.raises(ValueError, match="^top_k: expected -1 or 0"):
+        plain_model.generate("x", max_tokens=2, top_k=-2)
+    sampled = dict(max_tokens=8, temperature=1.5, top_p=1.0, min_p=0.0)
+    prompt = "Once upon a time"
+    # top_k -1 means off, as 0 does (and as on the command line and the server).
+    assert text_of(plain_model.generate(prompt, top_k=-1, seed=5, **sampled)) == text_of(
+        plain_model.generate(prompt, top_k=0, seed=5, **sampled))
+    # 2^64 + 1 used to wrap to seed 1; 2^64 - 1 is a seed of its own.
+    one = text_of(plain_model.generate(prompt, top_k=0, seed=1, **sampled))
+    top = text_of(plain_model.generate(prompt, top_k=0, seed=2**64 - 1, **sampled))
+    assert one != top
+
+
+def test_abandoned_stream_frees_its_slot():
+    # A stream iterator still referenced but no longer read: its request is
+    # cancelled after unread_timeout and the slot is free for others.
+    with dspark.Model("smollm2", drafter=None, threads=2, parallel=1, unread_timeout=1) as m:
+        gen = m.create_chat_completion(chat(PROMPTS[0]), max_tokens=400, temperature=0, stream=True)
+        next(gen)
+        next(gen)
+        assert m.load()["active"] == 1
+        wait_idle(m, timeout=30)
+        assert text_of(m.generate("Hi", max_tokens=3, temperature=0))
+        with pytest.raises(dspark.DsparkError, match="not read"):
+            for _ in gen:
+                pass
+
+
+def test_generation_cut_inside_a_character_drops_it(plain_model):
+    # 3 tokens end after the first bytes of a character: dropped, not U+FFFD.
+    q = chat("こんにちは、元気ですか？")
+    r = plain_model.create_chat_completion(q, max_tokens=3, temperature=0)
+    assert text_of(r) == "こ" and r["usage"]["completion_tokens"] == 3, r
+    pieces = [c["choices"][0]["delta"].get("content", "")
+              for c in plain_model.create_chat_completion(q, max_tokens=3, temperature=0, stream=True)]
+    assert "".join(pieces) == "こ", pieces

@@ -7,8 +7,13 @@ Runs against a server that is already up:
 
 Suites: "full" (every check except the disconnect one; needs --parallel >= 8
 for the concurrency check to batch), "seeds" (sampled requests with explicit
-seeds give the same text together as alone) and "disconnect" (a client that
-goes away frees its slot; meant for a --parallel 1 server). The full and
+seeds give the same text together as alone), "disconnect" (a client that
+goes away frees its slot; meant for a --parallel 1 server) and "logprobs"
+(fixed requests' log-probabilities recorded by one server and compared by
+another, --logprobs-file), "auth" (a server with --api-key sk-test-one and a
+key file holding sk-test-file), "ops" (metrics, the bounded queue and
+deadlines; a --parallel 1 --max-queue 1 server) and "shutdown" (SIGTERM
+mid-stream; --pid). The full and
 disconnect suites send greedy requests (temperature 0) only, so results are
 deterministic. Exit status 0 when every
 check passes. tests/serve_test.cpp starts the servers and runs this script.
@@ -18,6 +23,8 @@ import argparse
 import http.client
 import json
 import os
+import re
+import signal
 import socket
 import sys
 import threading
@@ -50,12 +57,14 @@ class Ctx:
         self.host, self.port = u.hostname, u.port
         self.client = openai.OpenAI(base_url=self.base + "/v1", api_key="unused", max_retries=0, timeout=180 * SLOW)
 
-    def raw(self, method, path, body=None, timeout=180, content_type="application/json"):
+    def raw(self, method, path, body=None, timeout=180, content_type="application/json", auth=None):
         """One plain HTTP request; returns (status, headers dict, body bytes)."""
         timeout *= SLOW
         conn = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
         try:
             headers = {"Content-Type": content_type} if body is not None else {}
+            if auth is not None:
+                headers["Authorization"] = auth
             conn.request(method, path, body=body, headers=headers)
             r = conn.getresponse()
             return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
@@ -64,7 +73,7 @@ class Ctx:
 
     def health(self):
         status, _, body = self.raw("GET", "/health")
-        assert status == 200, (status, body)
+        assert status in (200, 503), (status, body)
         return json.loads(body)
 
 
@@ -125,7 +134,7 @@ def check_stats(r):
 @check("full")
 def health_and_models(ctx):
     h = ctx.health()
-    assert h["status"] == "ok", h
+    assert h["status"] == "ready", h
     ids = [m.id for m in ctx.client.models.list().data]
     assert ids == [MODEL], ids
 
@@ -211,6 +220,25 @@ def streamed_chunks_are_valid_utf8(ctx):
     assert any(ord(ch) > 0x7F for ch in full.choices[0].text), full.choices[0].text
 
 
+@check("full")
+def generation_cut_inside_a_character_drops_it(ctx):
+    # 3 tokens of this answer end after the first bytes of a character: they
+    # are dropped, not sent as U+FFFD (streamed or not); usage counts 3.
+    q = "こんにちは、元気ですか？"
+    r = chat(ctx, q, max_tokens=3)
+    assert r.choices[0].message.content == "こ", r.choices[0].message.content
+    assert r.usage.completion_tokens == 3 and r.choices[0].finish_reason == "length", r
+    pieces = []
+    for ch in ctx.client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": q}], max_tokens=3, temperature=0, stream=True
+    ):
+        for c in ch.choices:
+            if c.delta.content:
+                pieces.append(c.delta.content)
+    assert "".join(pieces) == "こ", pieces
+    assert chat(ctx, q, max_tokens=4).choices[0].message.content.startswith("こん")
+
+
 def two_token_stop(text):
     """A stop string across a word boundary (the pre-tokenizer puts the space
     with the next word, so it spans at least two tokens): 'ab cd' around the
@@ -272,6 +300,93 @@ def held_back_text_is_flushed(ctx):
     text, pieces, finish, usage = stream_completion(ctx, prompt, max_tokens=24, stop=stop)
     assert text == t, (pieces, t)
     assert finish == "length" and usage.completion_tokens == 24, (finish, usage)
+
+
+@check("full")
+def content_given_as_text_parts(ctx):
+    # What current OpenAI SDKs and LangChain send: a list of text parts.
+    q = "Name the capital city of France."
+    plain = chat(ctx, q).choices[0].message.content
+    parts = ctx.client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": [{"type": "text", "text": q}]}], max_tokens=16, temperature=0
+    )
+    assert parts.choices[0].message.content == plain, (parts.choices[0].message.content, plain)
+    try:
+        ctx.client.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": [{"type": "text", "text": q},
+                                                   {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA=="}}]}],
+            max_tokens=4,
+        )
+    except openai.BadRequestError as e:
+        assert "image_url" in str(e) and "text only" in str(e), e
+    else:
+        raise AssertionError("an image part was accepted")
+
+
+@check("full")
+def completion_prompt_lists_and_token_ids(ctx):
+    prompts = ["The quick brown fox", "Once upon a time"]
+    alone = [complete(ctx, p, max_tokens=8) for p in prompts]
+    both = complete(ctx, prompts, max_tokens=8)
+    assert [c.index for c in both.choices] == [0, 1], both.choices
+    assert [c.text for c in both.choices] == [a.choices[0].text for a in alone], (both.choices, alone)
+    assert both.usage.completion_tokens == sum(a.usage.completion_tokens for a in alone), both.usage
+    assert both.usage.prompt_tokens == sum(a.usage.prompt_tokens for a in alone), both.usage
+    # Token ids as llama.cpp's server takes them (/tokenize gives them).
+    status, _, raw = ctx.raw("POST", "/tokenize", json.dumps({"content": prompts[0], "add_special": True}).encode())
+    assert status == 200, (status, raw)
+    ids = json.loads(raw)["tokens"]
+    assert len(ids) == alone[0].usage.prompt_tokens, (ids, alone[0].usage)
+    by_ids = complete(ctx, ids, max_tokens=8)
+    assert by_ids.choices[0].text == alone[0].choices[0].text, (by_ids.choices[0].text, alone[0].choices[0].text)
+    two = complete(ctx, [ids, ids[:-1]], max_tokens=4)
+    assert len(two.choices) == 2 and two.usage.prompt_tokens == 2 * len(ids) - 1, two
+    status, _, raw = ctx.raw("POST", "/detokenize", json.dumps({"tokens": ids}).encode())
+    assert status == 200 and json.loads(raw)["content"].endswith(prompts[0]), (status, raw)  # after a BOS, if any
+    # Streaming several prompts: each chunk names its choice.
+    texts, finishes = {}, {}
+    for ch in ctx.client.completions.create(model=MODEL, prompt=prompts, max_tokens=8, temperature=0, stream=True):
+        for c in ch.choices:
+            texts[c.index] = texts.get(c.index, "") + c.text
+            if c.finish_reason:
+                finishes[c.index] = c.finish_reason
+    assert texts == {0: alone[0].choices[0].text, 1: alone[1].choices[0].text}, texts
+    assert set(finishes) == {0, 1}, finishes
+    status, _, raw = ctx.raw("POST", "/v1/completions", json.dumps({"prompt": [10**9], "max_tokens": 2}).encode())
+    assert status == 400 and "outside the vocabulary" in json.loads(raw)["error"]["message"], (status, raw)
+
+
+@check("full")
+def logprobs_of_greedy_tokens(ctx):
+    # Completions: logprobs=N; the greedy token is the most likely one.
+    r = complete(ctx, "The quick brown fox", max_tokens=10, logprobs=3)
+    lp = r.choices[0].logprobs
+    assert "".join(lp.tokens) == r.choices[0].text, (lp.tokens, r.choices[0].text)
+    assert len(lp.token_logprobs) == r.usage.completion_tokens, lp
+    for tok, value, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs):
+        assert len(top) <= 3 and value <= 0, top
+        assert value == max(top.values()) and top[tok] == value, (tok, value, top)
+    assert lp.text_offset[0] == 0 and lp.text_offset == sorted(lp.text_offset), lp.text_offset
+    # Chat: logprobs=true, top_logprobs=N.
+    c = chat(ctx, "Name three colors.", max_tokens=10, logprobs=True, top_logprobs=2)
+    content = c.choices[0].logprobs.content
+    assert len(content) == c.usage.completion_tokens, content
+    assert "".join(e.token for e in content) == c.choices[0].message.content
+    for e in content:
+        assert len(e.top_logprobs) == 2 and e.top_logprobs[0].logprob == e.logprob, e
+        assert bytes(e.bytes).decode("utf-8", "replace") == e.token, e
+    assert chat(ctx, "Name three colors.", max_tokens=4).choices[0].logprobs is None
+    # Streamed, the chunks carry the same values.
+    streamed = []
+    for ch in ctx.client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Name three colors."}], max_tokens=10, temperature=0,
+        logprobs=True, top_logprobs=2, stream=True,
+    ):
+        for ch_choice in ch.choices:
+            if ch_choice.logprobs and ch_choice.logprobs.content:
+                streamed += [(e.token, e.logprob) for e in ch_choice.logprobs.content]
+    assert streamed == [(e.token, e.logprob) for e in content], (streamed, content)
 
 
 PROMPTS = [
@@ -405,7 +520,7 @@ def bad_requests_get_400_and_server_keeps_serving(ctx):
     assert status == 200, (status, raw)
     r = json.loads(raw)
     assert r["usage"]["completion_tokens"] <= 3, r
-    assert ctx.health()["status"] == "ok"
+    assert ctx.health()["status"] == "ready"
 
 
 # ---- seeds suite ---------------------------------------------------------------
@@ -453,6 +568,238 @@ def seeded_requests_are_batch_independent(ctx):
     # Distinct seeds give distinct texts (the seed is used at all).
     assert len({a[0] for a in alone}) == len(SEEDED), alone
     print("  %d of %d seeded requests identical together and alone" % (same, len(SEEDED)))
+
+
+# ---- logprobs suite ----------------------------------------------------------------
+
+LOGPROB_REQUESTS = [
+    dict(prompt="Once upon a time, in a small village by the sea,", max_tokens=24, temperature=0, logprobs=5),
+    dict(prompt="Write a poem where every line starts with 'The sea is'.\nThe sea is", max_tokens=24, temperature=0,
+         logprobs=2),
+    dict(prompt="Tell me about the moon.", max_tokens=24, temperature=0.8, seed=1234, logprobs=3),
+]
+
+
+@check("logprobs")
+def logprobs_equal_across_servers(ctx):
+    """The values of fixed requests, written to --logprobs-file by the first
+    server and compared exactly by the next (speculative against plain)."""
+    got = []
+    for kw in LOGPROB_REQUESTS:
+        r = ctx.client.completions.create(model=MODEL, **kw)
+        lp = r.choices[0].logprobs
+        got.append({"text": r.choices[0].text, "tokens": lp.tokens, "token_logprobs": lp.token_logprobs,
+                    "top_logprobs": lp.top_logprobs, "dspark": extra(r, "dspark")})
+    path = ctx.logprobs_file
+    if not os.path.exists(path):
+        with open(path, "w") as f:
+            json.dump(got, f)
+        print("  recorded %d requests" % len(got))
+        return
+    with open(path) as f:
+        want = json.load(f)
+    for i, (a, b) in enumerate(zip(want, got)):
+        for key in ("text", "tokens", "token_logprobs", "top_logprobs"):
+            assert a[key] == b[key], (i, key, a[key], b[key])
+    tau = [g["dspark"]["tau"] for g in got]
+    print("  %d requests equal; tau here %s, there %s" % (len(got), tau, [w["dspark"]["tau"] for w in want]))
+
+
+# ---- auth suite: a server started with --api-key KEY and --api-key-file --------------
+
+KEYS = ("sk-test-one", "sk-test-file")
+
+
+@check("auth")
+def every_model_route_needs_a_key(ctx):
+    routes = [
+        ("GET", "/v1/models", None),
+        ("POST", "/v1/completions", {"prompt": "Hi", "max_tokens": 1, "temperature": 0}),
+        ("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1}),
+        ("POST", "/tokenize", {"content": "Hi"}),
+        ("POST", "/detokenize", {"tokens": [1]}),
+    ]
+    for method, path, body in routes:
+        data = None if body is None else json.dumps(body).encode()
+        for header, want in ((None, 401), ("Bearer wrong-key", 401), ("sk-test-one", 401), ("Bearer " + KEYS[0], 200),
+                             ("bearer " + KEYS[1], 200)):
+            status, headers, raw = ctx.raw(method, path, data, auth=header)
+            assert status == want, (path, header, status, raw[:200])
+            if want == 401:
+                err = json.loads(raw)["error"]
+                assert err["code"] == "invalid_api_key" and err["type"] == "invalid_request_error", err
+                assert headers.get("www-authenticate") == "Bearer", headers
+    # /health and /metrics stay open.
+    for path in ("/health", "/metrics"):
+        status, _, _ = ctx.raw("GET", path)
+        assert status == 200, (path, status)
+    # The official client: the right key works, a wrong one is AuthenticationError.
+    good = openai.OpenAI(base_url=ctx.base + "/v1", api_key=KEYS[0], max_retries=0, timeout=180 * SLOW)
+    assert good.completions.create(model=MODEL, prompt="Hi", max_tokens=2, temperature=0).usage.completion_tokens >= 1
+    try:
+        ctx.client.models.list()
+    except openai.AuthenticationError as e:
+        assert e.status_code == 401, e
+    else:
+        raise AssertionError("a wrong key was accepted")
+
+
+# ---- ops suite: metrics, the bounded queue, deadlines (a --parallel 1 --max-queue 1 server)
+
+
+def metrics(ctx):
+    """The /metrics samples as {(name, frozenset(labels without model)): value}."""
+    status, headers, raw = ctx.raw("GET", "/metrics")
+    assert status == 200 and headers.get("content-type", "").startswith("text/plain"), (status, headers)
+    out = {}
+    for line in raw.decode().splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = re.match(r'^(\w+)\{(.*)\} (\S+)$', line)
+        assert m, line
+        labels = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(2)))
+        assert labels.pop("model") == MODEL, line
+        out[(m.group(1), frozenset(labels.items()))] = float(m.group(3))
+    return out
+
+
+def metric(samples, name, **labels):
+    return samples.get((name, frozenset(labels.items())), 0.0)
+
+
+@check("ops")
+def metrics_after_known_requests(ctx):
+    before = metrics(ctx)
+    rs = [complete(ctx, "The quick brown fox", max_tokens=4), complete(ctx, "Once upon a time", max_tokens=3),
+          chat(ctx, "Name three colors.", max_tokens=2)]
+    status, _, _ = ctx.raw("POST", "/v1/completions", b'{"prompt": "x", "max_tokens": 0}')
+    assert status == 400
+    after = metrics(ctx)
+    d = lambda name, **labels: metric(after, name, **labels) - metric(before, name, **labels)  # noqa: E731
+    assert d("dspark_requests_total", route="/v1/completions", status="200") == 2, d
+    assert d("dspark_requests_total", route="/v1/chat/completions", status="200") == 1
+    assert d("dspark_requests_total", route="/v1/completions", status="400") == 1
+    tokens = sum(r.usage.completion_tokens for r in rs)
+    assert d("dspark_generation_tokens_total") == tokens, (d("dspark_generation_tokens_total"), tokens)
+    assert d("dspark_prompt_tokens_total") == sum(r.usage.prompt_tokens for r in rs)
+    assert d("dspark_time_to_first_token_seconds_count") == 3
+    assert d("dspark_time_per_output_token_seconds_count") == tokens - 3
+    finished = sum(d("dspark_requests_finished_total", reason=r) for r in ("stop", "length"))
+    assert finished == 3, finished
+    assert metric(after, "dspark_slots") == ctx.health()["parallel"]
+    assert metric(after, "dspark_requests_active") == 0 and metric(after, "dspark_requests_queued") == 0
+    # Histograms are cumulative and end at _count.
+    buckets = sorted((float(dict(k[1])["le"].replace("+Inf", "inf")), v) for k, v in after.items()
+                     if k[0] == "dspark_time_to_first_token_seconds_bucket")
+    assert [v for _, v in buckets] == sorted(v for _, v in buckets), buckets
+    assert buckets[-1][1] == metric(after, "dspark_time_to_first_token_seconds_count")
+
+
+def long_stream(ctx):
+    """A streamed request that holds the one slot until closed."""
+    stream = ctx.client.completions.create(model=MODEL, prompt=COUNTING, max_tokens=4000, temperature=0, stream=True)
+    it = iter(stream)
+    next(it)
+    return stream
+
+
+@check("ops")
+def beyond_the_queue_is_503_with_retry_after(ctx):
+    h = ctx.health()
+    assert h["parallel"] == 1 and h["max_queue"] == 1 and h["status"] == "ready", h
+    holder = long_stream(ctx)
+    waiting_out = {}
+
+    def wait_in_queue():
+        r = complete(ctx, "Hello", max_tokens=2)
+        waiting_out["text"] = r.choices[0].text
+
+    waiter = threading.Thread(target=wait_in_queue)
+    waiter.start()
+    end = time.time() + 30 * SLOW
+    while ctx.raw("GET", "/health")[0] != 503:
+        assert time.time() < end, ctx.raw("GET", "/health")
+        time.sleep(0.05)
+    status, headers, raw = ctx.raw("GET", "/health")
+    assert status == 503 and json.loads(raw)["status"] == "full", raw
+    status, headers, raw = ctx.raw("POST", "/v1/completions", b'{"prompt": "Hi", "max_tokens": 2}')
+    assert status == 503, (status, raw)
+    assert int(headers["retry-after"]) >= 1, headers
+    assert "retry later" in json.loads(raw)["error"]["message"], raw
+    holder.close()
+    waiter.join()
+    assert waiting_out.get("text") is not None, waiting_out
+    wait_idle(ctx)
+    assert ctx.health()["status"] == "ready"
+
+
+@check("ops")
+def deadlines(ctx):
+    # Running: ends at its deadline with the text so far, as "length".
+    r = complete(ctx, COUNTING, max_tokens=4000, extra_body={"deadline_ms": 1500})
+    assert r.choices[0].finish_reason == "length" and extra(r, "dspark")["deadline_exceeded"], r
+    assert 1 <= r.usage.completion_tokens < 4000, r.usage
+    # Queued past its deadline behind a request holding the slot: 503.
+    holder = long_stream(ctx)
+    status, headers, raw = ctx.raw("POST", "/v1/completions", b'{"prompt": "Hi", "max_tokens": 2, "deadline_ms": 200}')
+    holder.close()
+    assert status == 503 and "retry-after" in headers, (status, headers, raw)
+    assert "waited for a slot" in json.loads(raw)["error"]["message"], raw
+    wait_idle(ctx)
+
+
+# ---- shutdown suite: SIGTERM mid-stream (--pid: the server) ----------------------------
+
+
+def read_stream(ctx, body, first_chunk):
+    """A raw streamed request: returns the events; sets first_chunk once one arrived."""
+    conn = http.client.HTTPConnection(ctx.host, ctx.port, timeout=120 * SLOW)
+    conn.request("POST", "/v1/completions", body=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    r = conn.getresponse()
+    events = []
+    for raw in r:
+        line = raw.strip()
+        if line.startswith(b"data: "):
+            events.append(line[6:])
+            first_chunk.set()
+        if line == b"data: [DONE]":
+            break
+    conn.close()
+    return events
+
+
+@check("shutdown")
+def sigterm_finishes_streams_in_flight(ctx):
+    """SIGTERM mid-stream: no new connections, the stream still ends with its
+    final chunk (it fits in --shutdown-timeout) or, past it, with an error
+    event; [DONE] either way. ctx.expect_cancel says which."""
+    first = threading.Event()
+    out = {}
+    max_tokens = 4000 if ctx.expect_cancel else 12
+    t = threading.Thread(target=lambda: out.update(events=read_stream(
+        ctx, {"prompt": COUNTING, "max_tokens": max_tokens, "temperature": 0, "stream": True}, first)))
+    t.start()
+    assert first.wait(120 * SLOW), "no first chunk"
+    os.kill(ctx.pid, signal.SIGTERM)
+    # New connections are refused (or, on one already open, answered 503).
+    end = time.time() + 10 * SLOW
+    while True:
+        try:
+            status, _, _ = ctx.raw("GET", "/health", timeout=5)
+            if status == 503:
+                break
+        except OSError:
+            break
+        assert time.time() < end, "still accepting requests after SIGTERM"
+        time.sleep(0.05)
+    t.join(300 * SLOW)
+    events = out["events"]
+    assert events[-1] == b"[DONE]", events[-3:]
+    last = json.loads(events[-2])
+    if ctx.expect_cancel:
+        assert "error" in last and "shutting down" in last["error"]["message"], last
+    else:
+        assert last["choices"][0]["finish_reason"] == "length" and last["usage"]["completion_tokens"] == 12, last
 
 
 # ---- disconnect suite ------------------------------------------------------------
@@ -563,8 +910,14 @@ def main():
     ap.add_argument("--base-url", required=True)
     ap.add_argument("--suite", default="full", choices=sorted(CHECKS))
     ap.add_argument("-k", default="", help="run only checks whose name contains this")
+    ap.add_argument("--logprobs-file", default="", help="logprobs suite: record here, or compare with what is here")
+    ap.add_argument("--pid", type=int, default=0, help="shutdown suite: the server's process id")
+    ap.add_argument("--expect-cancel", action="store_true", help="shutdown suite: the stream outlasts the grace period")
     a = ap.parse_args()
     ctx = Ctx(a.base_url)
+    ctx.logprobs_file = a.logprobs_file
+    ctx.pid = a.pid
+    ctx.expect_cancel = a.expect_cancel
     failed = 0
     for fn in CHECKS[a.suite]:
         if a.k not in fn.__name__:

@@ -16,6 +16,7 @@
 // removed, see StopMatcher).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -23,11 +24,14 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
 #include <vector>
 
+#include "dspark/error.hpp"
+#include "dspark/serve/metrics.hpp"
 #include "dspark/serve/outcome.hpp"
 #include "dspark/speculative/generate.hpp"
 #include "dspark/speculative/speculative.hpp"
@@ -43,9 +47,14 @@ namespace dspark::serve {
 class Request {
  public:
   /// Waits up to `timeout` until new text is available or the request has
-  /// ended, then moves the available text to the end of `text`. Returns true
-  /// when the request has ended and all of its text has been taken.
-  bool poll(std::string& text, std::chrono::milliseconds timeout);
+  /// ended, then moves the available text to the end of `text` and, when
+  /// `logprobs` is given, the log-probabilities of the tokens produced since
+  /// the last call to its end (requests submitted with
+  /// GenerateOptions::top_logprobs >= 0; one entry per counted token, which
+  /// may come before the token's text when that text is held back). Returns
+  /// true when the request has ended and all of its output has been taken.
+  bool poll(std::string& text, std::chrono::milliseconds timeout,
+            std::vector<TokenLogprob>* logprobs = nullptr);
   /// Blocks until the request ends; returns all text not yet taken.
   std::string wait();
   /// Asks the engine to stop this request (e.g. the client went away). The
@@ -58,14 +67,23 @@ class Request {
 
  private:
   friend class Engine;
-  /// Engine side: appends produced text and wakes the waiting reader.
-  void deliver(std::string_view text);
+  using Clock = std::chrono::steady_clock;
+  /// Engine side: appends produced text (and a token's log-probabilities)
+  /// and wakes the waiting reader.
+  void deliver(std::string_view text, TokenLogprob* logprob = nullptr);
   /// Engine side: appends the last text, records the outcome, marks the end.
   void complete(std::string_view tail, RequestOutcome outcome);
+  /// Engine side: true when nobody is blocked in poll() or wait() and
+  /// produced text has waited untaken since before `now - timeout` (the
+  /// reader stopped reading).
+  bool unread_since(Clock::time_point now, std::chrono::milliseconds timeout);
 
   std::mutex mu_;
   std::condition_variable cv_;
   std::string text_;  // produced, not yet taken
+  std::vector<TokenLogprob> logprobs_;  // produced, not yet taken
+  Clock::time_point pending_since_;  // when text_ last became non-empty
+  int readers_ = 0;                  // threads blocked in poll() or wait()
   bool ended_ = false;
   RequestOutcome outcome_;
   std::atomic<bool> cancel_{false};
@@ -79,11 +97,32 @@ struct EngineOptions {
   /// Non-empty with a drafter: each step's verify lengths come from
   /// schedule_prefixes() over every decoding request's calibrated survival
   /// (VerifyPolicy sps mode); empty: every request verifies all positions
-  /// that survive pruning.
+  /// that survive pruning. Non-empty, drafter or not: prompt work is also
+  /// budgeted by time (prefill_slowdown).
   std::vector<double> sps;
   /// Chunked prefill budget per step in target-row equivalents (runner.hpp);
   /// 0: every prompt whole in one step.
   int64_t prefill_budget = 0;
+  /// With a prefill budget and an SPS profile: while requests decode, a
+  /// step carries no more prompt work than keeps it within this many times
+  /// the time of their decoding alone (timed_prefill_budget in runner.hpp),
+  /// so a long prompt does not slow the others' tokens more than that.
+  /// 0: the fixed budget only.
+  double prefill_slowdown = 2.0;
+  /// A request whose produced text nobody takes (poll/wait) for this long is
+  /// cancelled, freeing its slot: a stream its consumer abandoned without
+  /// closing it. 0: never.
+  std::chrono::milliseconds unread_timeout{0};
+  /// The most requests that may wait for a slot beyond the free ones;
+  /// submit() throws QueueFull past it. 0: no limit.
+  int max_queue = 0;
+};
+
+/// submit() when EngineOptions::max_queue requests already wait: the client
+/// should come back later (HTTP 503 with Retry-After).
+class QueueFull : public Error {
+ public:
+  using Error::Error;
 };
 
 /// Current occupancy, for health reports.
@@ -93,6 +132,11 @@ struct EngineLoad {
   int parallel = 0;           // slots
   int64_t steps = 0;          // target forward calls so far
   int64_t completed = 0;      // requests ended so far
+  int max_queue = 0;          // EngineOptions::max_queue
+  /// Requests waiting beyond the free slots (what max_queue bounds).
+  int waiting() const { return std::max(0, queued - (parallel - active)); }
+  /// True when submit() would throw QueueFull.
+  bool full() const { return max_queue > 0 && waiting() >= max_queue; }
 };
 
 class Engine {
@@ -109,11 +153,14 @@ class Engine {
 
   /// Queues a generation of `prompt` under `opts` (opts.on_token must be
   /// empty; stop_ids are end-of-generation ids) that ends at the first of
-  /// `stop` strings found in its text. Throws InvalidArgument for invalid
-  /// sampling parameters or a prompt that is empty or does not fit
-  /// opts.ctx_size, and Error once shutdown() has begun.
+  /// `stop` strings found in its text, or at `deadline` (then
+  /// FinishReason::Deadline, with the text so far). Throws InvalidArgument
+  /// for invalid sampling parameters or a prompt that is empty or does not
+  /// fit opts.ctx_size, QueueFull when EngineOptions::max_queue requests
+  /// already wait, and Error once shutdown() has begun.
   std::shared_ptr<Request> submit(std::vector<TokenId> prompt, GenerateOptions opts,
-                                  std::vector<std::string> stop);
+                                  std::vector<std::string> stop,
+                                  std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt);
 
   /// Stops accepting requests, cancels queued and active ones (they end with
   /// FinishReason::Cancelled) and joins the engine thread. Idempotent.
@@ -121,6 +168,10 @@ class Engine {
 
   /// A snapshot of the engine's occupancy.
   EngineLoad load() const;
+  /// A snapshot of the engine's counters (dspark/serve/metrics.hpp).
+  EngineMetrics metrics() const;
+  /// Whether requests are decoded speculatively (a drafter or lookup drafts).
+  bool speculative() const;
 
   /// The drafter in use (null: plain decoding).
   const DraftModel* drafter() const { return drafter_; }
@@ -135,6 +186,11 @@ class Engine {
   void finish(Slot& slot);
   /// Ends a request with FinishReason::Error.
   void fail(Slot& slot, const std::string& message);
+  /// Moves queued requests into free slots; ends those whose deadline passed
+  /// while they waited. Called with mu_ held; returns the expired ones.
+  std::vector<std::unique_ptr<Slot>> admit(std::vector<std::unique_ptr<Slot>>& active);
+  /// Adds what the slots did in the last step to metrics_.
+  void record_step(std::vector<std::unique_ptr<Slot>>& active);
 
   TargetModel& target_;
   const tok::Tokenizer& tokenizer_;
@@ -147,6 +203,8 @@ class Engine {
   std::deque<std::unique_ptr<Slot>> queue_;
   bool stopping_ = false;
   EngineLoad load_;
+  mutable std::mutex metrics_mu_;
+  EngineMetrics metrics_;
   std::mutex join_mu_;  // serializes joining thread_
   std::thread thread_;
 };

@@ -4,6 +4,8 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "dspark/speculative/stats.hpp"
 
@@ -15,10 +17,20 @@ enum class FinishReason {
   Length,     // max_tokens reached, or the context is full
   Cancelled,  // cancelled by the client or by shutdown
   Error,      // an exception while decoding it (message in RequestOutcome::error)
+  Deadline,   // its deadline passed (queued: RequestOutcome::admitted is false)
 };
 
-/// "stop" | "length" | "cancelled" | "error".
+/// "stop" | "length" | "cancelled" | "error" | "deadline".
 const char* to_string(FinishReason r);
+
+/// One emitted token's log-probabilities as the API reports them (the
+/// target's distribution at that position, see TokenLogprobs in
+/// dspark/speculative/generate.hpp), with tokens as their bytes.
+struct TokenLogprob {
+  std::string token;  // the token's bytes (may be part of a UTF-8 character)
+  float logprob = 0;
+  std::vector<std::pair<std::string, float>> top;  // the most likely tokens' bytes and log-probabilities
+};
 
 /// Everything known about a request once it has ended.
 struct RequestOutcome {
@@ -30,6 +42,7 @@ struct RequestOutcome {
   int64_t completion_tokens = 0;
   GenerateStats stats;          // the session's figures (speculative ones when a drafter runs)
   bool speculative = false;     // a drafter proposed tokens for this request
+  bool admitted = false;        // it got a decode slot (false: it ended while queued)
 };
 
 }  // namespace dspark::serve

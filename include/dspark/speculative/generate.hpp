@@ -22,13 +22,34 @@ struct GenerateOptions {
   SamplingParams sampling;         // temperature <= 0: greedy
   std::vector<TokenId> stop_ids;   // end-of-generation ids (EOS, EOT); never emitted
   TokenCallback on_token;          // optional streaming callback
+  /// -1: no log-probabilities; 0..kMaxTopLogprobs: GenerateResult::logprobs
+  /// holds each emitted token's log-probability and this many alternatives.
+  int top_logprobs = -1;
 };
+
+/// The target's distribution at one emitted token: log-softmax of the
+/// target's logits at that position (before temperature, top-k/p and min-p),
+/// so the same whether the token came from plain decoding or from a verified
+/// draft, and whatever the sampling parameters.
+struct TokenLogprobs {
+  TokenId id = -1;
+  float logprob = 0;               // log p(id), natural log, <= 0
+  std::vector<TokenId> top_ids;    // the most likely tokens, descending (ties: smaller id)
+  std::vector<float> top_logprobs; // their log-probabilities
+};
+
+/// TokenLogprobs of `id` from logits [V], with the `top` most likely tokens.
+/// Arithmetic as in sampling.hpp (fp32 logits, the normalizer in double).
+/// Throws dspark::Error for a NaN or +inf logit.
+TokenLogprobs token_logprobs(const float* logits, int64_t V, TokenId id, int top);
 
 struct GenerateResult {
   std::vector<TokenId> tokens;  // emitted tokens (no end-of-generation id)
   bool stopped_by_eog = false;  // an end-of-generation id ended it
   TokenId stop_token = -1;      // that id (-1: none)
   GenerateStats stats;
+  /// One per emitted token when GenerateOptions::top_logprobs >= 0.
+  std::vector<TokenLogprobs> logprobs;
 };
 
 /// Plain autoregressive decoding: prefill the prompt, then one target call per

@@ -22,12 +22,21 @@
 // other request's next token — waits for the whole of it. Chunking never
 // changes results: the target's output rows are bitwise the same however a
 // sequence's tokens are split into calls.
+//
+// Budget by time. A fixed budget still makes every step that carries prompt
+// work cost several decode steps, and each decoding session waits for every
+// such step. Given the SPS curve (time of a call of B rows, t(B) = 1 / SPS(B))
+// and a slowdown s, a step in which D sessions decode carries at most the
+// prompt work P with t(D + P) <= s · t(D) (timed_prefill_budget): their next
+// tokens come at most s times later than without it. With nobody decoding,
+// the fixed budget alone applies.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "dspark/speculative/session.hpp"
 #include "dspark/speculative/verify_policy.hpp"
@@ -44,7 +53,23 @@ struct RunnerOptions {
   /// Chunked prefill budget per target call, in target-row equivalents (see
   /// above); 0: every prompt goes whole into one call.
   int64_t prefill_budget = 0;
+  /// With a budget and a non-empty SPS curve (sps[i] = SPS(i + 1), as in
+  /// sps_at()): while sessions decode, a step's prompt work is also bounded
+  /// so that the step takes at most `prefill_slowdown` times as long as
+  /// their decoding alone (timed_prefill_budget); 0: the fixed budget only.
+  std::vector<double> sps = {};
+  double prefill_slowdown = 0;
 };
+
+/// The prompt work (target-row equivalents) a step in which `decoding`
+/// sessions decode may carry: the largest P <= cap for which every
+/// P' <= P keeps the step's time by the SPS curve within `slowdown` times
+/// that of the decoding alone, t(decoding + P') <= slowdown · t(decoding)
+/// with t(B) = 1 / sps_at(sps, B) (a noisy curve that dips again further on
+/// does not extend P). `cap` when nobody decodes, the curve is empty or
+/// slowdown <= 0. Throws InvalidArgument for a curve value that is not
+/// positive and finite.
+int64_t timed_prefill_budget(const std::vector<double>& sps, int64_t decoding, double slowdown, int64_t cap);
 
 /// The context length L at which a query's attention costs as much as its
 /// share of the layer's matmuls (see the header comment); >= 1.

@@ -49,6 +49,10 @@ const char* to_string(SamplingRule r);
 /// seed-stable text.
 inline constexpr SamplingRule kUnseededRule = SamplingRule::Rejection;
 
+/// The most alternatives per token a generation may report with its
+/// log-probabilities (GenerateOptions::top_logprobs; OpenAI's limit).
+inline constexpr int kMaxTopLogprobs = 20;
+
 /// Sampling parameters (llama.cpp's names and defaults).
 struct SamplingParams {
   float temperature = 0.8f;  // <= 0: greedy

@@ -37,6 +37,9 @@ struct GenerateStats {
   double tau() const;
   /// Conditional acceptance per draft position: accepted at k / rounds that reached k.
   std::vector<double> acceptance_by_position() const;
+  /// Adds another generation's figures: counts, times and per-position
+  /// counts (the longer of the two position vectors) summed.
+  GenerateStats& operator+=(const GenerateStats& o);
 };
 
 }  // namespace dspark

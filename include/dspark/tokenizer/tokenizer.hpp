@@ -135,6 +135,11 @@ class StreamDecoder {
   /// Returns whatever is held back (an unfinished sequence becomes U+FFFD)
   /// and resets the decoder.
   std::string flush();
+  /// The end of a generation: drops a held-back sequence that is still
+  /// unfinished (the token budget or a cancel cut a multi-byte character,
+  /// whose bytes could only show as U+FFFD) and resets the decoder. Bytes
+  /// that can never complete were already returned as U+FFFD by push().
+  void finish();
 
  private:
   const Tokenizer* tok_;
