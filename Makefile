@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc)
 DSPARK := $(BUILD_DIR)/dspark
 PROMPTS ?= $(firstword $(wildcard ../shared/data/dev-prompts.jsonl) data/dev-prompts.jsonl)
 
-.PHONY: setup build cli python cuda test test-full test-asan test-tsan fuzz demo bench clean
+.PHONY: setup build cli python cuda test test-full test-asan test-tsan test-arm fuzz demo bench clean
 
 setup:
 	@scripts/setup.sh
@@ -54,6 +54,12 @@ test-asan: setup
 
 test-tsan: setup
 	scripts/test_sanitized.sh tsan
+
+# The kernel, model-family and lossless-decoding tests on aarch64 (NEON):
+# cross-built in build-arm against an arm64 sysroot (scripts/setup_arm.sh)
+# and run under qemu-user (scripts/test_arm.sh; README, "Tests and oracles").
+test-arm: setup
+	JOBS=$(JOBS) scripts/test_arm.sh build-arm
 
 demo: cli python
 	$(DSPARK) generate -m smollm2 --chat -n 96 --temp 0 \

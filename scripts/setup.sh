@@ -6,23 +6,9 @@ here="$(cd "$(dirname "$0")" && pwd)"
 # shellcheck source=versions.env
 source "$here/versions.env"
 
-missing=()
-for spec in $DEBIAN_PACKAGES; do
-  name="${spec%%=*}"; want="${spec#*=}"
-  have="$(dpkg-query -W -f='${Status} ${Version}' "$name" 2>/dev/null || true)"
-  case "$have" in
-    "install ok installed $want"*) ;;
-    "install ok installed "*)
-      echo "setup: $name ${have##* } is installed; dspark is tested with $want*" >&2 ;;
-    *) missing+=("$name") ;;
-  esac
-done
-if ((${#missing[@]})); then
-  echo "setup: installing ${missing[*]}" >&2
-  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+# shellcheck source=apt_ensure.sh
+source "$here/apt_ensure.sh"
+apt_ensure "$DEBIAN_PACKAGES"
 
 # Python packages: pip_ensure MODULE SPEC installs SPEC unless MODULE imports
 # at SPEC's version.

@@ -22,6 +22,12 @@
 #include "ops/kernel_table.hpp"
 #include "test_util.hpp"
 
+// The command that starts `dspark`: through the emulator in a cross build.
+#ifndef DSPARK_EMULATOR
+#define DSPARK_EMULATOR ""
+#endif
+#define DSPARK_COMMAND DSPARK_EMULATOR " " DSPARK_BINARY
+
 namespace {
 
 namespace ops = dspark::ops;
@@ -96,7 +102,7 @@ TEST(KernelLevels, NamesRoundTripAndUnknownNamesAreRefused) {
 TEST(KernelLevels, ForcedLevelIsWhatTheProcessRuns) {
   // DSPARK_KERNELS is read once per process: check it in a child.
   for (auto l : ops::supported_kernel_levels()) {
-    const std::string cmd = "DSPARK_KERNELS=" + ops::to_string(l) + " " DSPARK_BINARY " --version";
+    const std::string cmd = "DSPARK_KERNELS=" + ops::to_string(l) + " " DSPARK_COMMAND " --version";
     FILE* p = popen(cmd.c_str(), "r");
     ASSERT_NE(p, nullptr);
     char buf[256] = {};
@@ -105,7 +111,7 @@ TEST(KernelLevels, ForcedLevelIsWhatTheProcessRuns) {
     EXPECT_NE(std::string(buf, n).find("kernels " + ops::to_string(l)), std::string::npos) << buf;
   }
   // A level this CPU lacks (or an unknown one) is refused with the levels it has.
-  const std::string bad = "DSPARK_KERNELS=warp " DSPARK_BINARY " --version 2>&1";
+  const std::string bad = "DSPARK_KERNELS=warp " DSPARK_COMMAND " --version 2>&1";
   FILE* p = popen(bad.c_str(), "r");
   ASSERT_NE(p, nullptr);
   char buf[512] = {};
