@@ -348,7 +348,7 @@ TEST(ServeApi, LogprobsShapes) {
 
 // ---- request checks shared by the CLI, the server and Python -------------------------
 
-// The message of the InvalidArgument that `f` throws ("" when none).
+// The message of the InvalidArgument that `f` throws.
 template <typename F>
 std::string check_error(F&& f) {
   return test::message_of<InvalidArgument>(std::forward<F>(f));

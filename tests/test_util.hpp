@@ -139,18 +139,6 @@ std::string message_of(F&& f) {
 }
 
 /// Writes `bytes` to `path` (plain, non-atomic; for test inputs).
-/// The message of the exception of type E that `f` throws; `none` when it
-/// throws nothing (another exception type propagates).
-template <typename E, typename F>
-std::string message_of(F&& f, std::string none = "") {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  }
-  return none;
-}
-
 inline void write_bytes(const std::string& path, std::string_view bytes) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
