@@ -888,7 +888,8 @@ TEST_F(ServeEngine, UnreadRequestIsCancelledAndFreesItsSlot) {
   // its text waits there.
   EngineOptions eo;
   eo.parallel = 1;
-  eo.unread_timeout = 20ms;
+  // Short enough that the 240 tokens (a few ms of the tiny model) outlast it.
+  eo.unread_timeout = 1ms;
   Engine engine(*model_->target, *model_->tokenizer, nullptr, eo);
   auto abandoned = engine.submit(prompt(1), greedy(240, false), {});
   auto read = engine.submit(prompt(2), greedy(30, false), {});  // queued behind it
