@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <list>
 #include <map>
 #include <numeric>
@@ -318,10 +319,25 @@ struct Trainer::Impl {
     const auto dt = bf16 ? at::kBFloat16 : at::kFloat;
     Features f{o.taps.to(at::kCPU, dt), o.final_hidden.to(at::kCPU, dt), {}, {}};
     if (draft_vocab()) {
-      TargetLogitStats st = target_logit_stats(o.final_hidden, lm_head_dev, target.info().logit_softcap,
-                                               cfg.precision, !portable);
-      f.lse = st.lse.cpu();
-      f.argmax = st.argmax.cpu();
+      // Only positions whose next token is supervised are ever a slot's
+      // target (make_slot_targets' `valid`): the full-vocabulary head, most
+      // of this function's time for a large vocabulary, runs on those alone.
+      // The others get lse +inf (p_target 0) and argmax -1.
+      const auto m = mask(i);
+      std::vector<int64_t> rows;
+      for (size_t t = 0; t + 1 < m.size(); ++t)
+        if (m[t + 1] != 0) rows.push_back(static_cast<int64_t>(t));
+      const int64_t L = o.final_hidden.size(0);
+      const auto lse_type = o.final_hidden.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+      f.lse = at::full({L}, std::numeric_limits<double>::infinity(), at::TensorOptions(lse_type));
+      f.argmax = at::full({L}, -1, at::kLong);
+      if (!rows.empty()) {
+        const at::Tensor idx = at::tensor(rows, at::kLong);
+        TargetLogitStats st = target_logit_stats(o.final_hidden.index_select(0, idx.to(o.final_hidden.device())),
+                                                 lm_head_dev, target.info().logit_softcap, cfg.precision, !portable);
+        f.lse.index_copy_(0, idx, st.lse.cpu().to(lse_type));
+        f.argmax.index_copy_(0, idx, st.argmax.cpu());
+      }
     }
     return f;
   }
