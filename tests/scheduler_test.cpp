@@ -4,8 +4,10 @@
 // generation under every verify-length schedule.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
+#include <sstream>
 
 #include "dspark/ops/kernel_level.hpp"
 #include "dspark/speculative/calibration.hpp"
@@ -291,6 +293,65 @@ TEST(SpsProfile, ErrorsAndDefaultPath) {
   EXPECT_EQ(sps_profile_mismatch(prof, "p.json", ""), "");
   const std::string p = default_profile_path("llama/Some Model:v1");
   EXPECT_NE(p.find("/profiles/llama_Some_Model_v1.json"), std::string::npos) << p;
+}
+
+TEST(SpsProfile, MonotoneKeepsTheFasterOfLaterPoints) {
+  // SPS(2) = 5 would say two tokens cost more than three: disturbed, raised to SPS(3).
+  std::vector<double> sps = {10, 12, 5, 6, 3};
+  make_sps_monotone(sps);
+  EXPECT_EQ(sps, (std::vector<double>{12, 12, 6, 6, 3}));
+  std::vector<double> empty;
+  make_sps_monotone(empty);
+  EXPECT_TRUE(empty.empty());
+}
+
+TEST(SpsProfile, DefaultProfileIsMeasuredKeptAndRemeasuredWhenTooSlow) {
+  TargetModel& t = spectest::tiny_target();
+  test::TempDir dir;
+  const std::string path = dir.file("profiles/p.json");
+  SpsProfileOptions o;
+  o.bmax = 4;
+  o.context = 16;
+  o.repetitions = 2;
+  std::ostringstream log;
+  // Missing: measured, saved, monotone.
+  const std::vector<double> first = current_sps_profile(t, path, o, &log);
+  ASSERT_EQ(first.size(), 4u);
+  EXPECT_TRUE(std::is_sorted(first.rbegin(), first.rend())) << "non-increasing in B";
+  EXPECT_NE(log.str().find("no SPS profile"), std::string::npos) << log.str();
+  EXPECT_EQ(load_sps_profile(path).sps, first);
+
+  // A profile that claims a far faster machine is kept as it is.
+  SpsProfile fast = load_sps_profile(path);
+  fast.sps = {4e9, 3e9, 2e9, 1e9};
+  save_sps_profile(path, fast);
+  EXPECT_FALSE(sps_profile_too_slow(t, fast, 4));
+  log.str("");
+  EXPECT_EQ(current_sps_profile(t, path, o, &log), fast.sps);
+  EXPECT_EQ(log.str(), "");
+
+  // One measured while other work ran (1000 s a call) is measured again;
+  // the saved curve keeps the faster of the two at every B.
+  SpsProfile slow = fast;
+  slow.sps = {1e-3, 1e-3, 1e-3, 1e-3};
+  save_sps_profile(path, slow);
+  EXPECT_TRUE(sps_profile_too_slow(t, slow, 4));
+  const std::vector<double> again = current_sps_profile(t, path, o, &log);
+  EXPECT_NE(log.str().find("verifies faster"), std::string::npos) << log.str();
+  for (double x : again) EXPECT_GT(x, 1.0);
+  EXPECT_EQ(load_sps_profile(path).sps, again);
+
+  // Too few points for this block size, or another model: replaced.
+  SpsProfile other = load_sps_profile(path);
+  other.model = "another/model@quant@avx2";
+  save_sps_profile(path, other);
+  log.str("");
+  current_sps_profile(t, path, o, &log);
+  EXPECT_NE(log.str().find("another model"), std::string::npos) << log.str();
+  EXPECT_EQ(load_sps_profile(path).model, sps_profile_key(t.info()));
+  o.bmax = 6;
+  EXPECT_EQ(current_sps_profile(t, path, o, nullptr).size(), 6u);
+  EXPECT_EQ(load_sps_profile(path).sps.size(), 6u);
 }
 
 // ---- lossless generation under every schedule ------------------------------------------

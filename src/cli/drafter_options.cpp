@@ -115,18 +115,7 @@ void DrafterOptions::measure_profile(TargetModel& target) const {
   o.context = std::min<int64_t>(256, target.info().context - o.bmax - 1);
   if (o.context < 1) return;
   const bool tty = ::isatty(STDERR_FILENO) != 0;
-  if (tty)
-    std::cerr << "no SPS profile for this machine yet: measuring verify costs for B = 1.." << o.bmax
-              << " (once, about a second) ..." << std::endl;
-  const SpsProfile p = measure_sps(target, o);
-  measured_sps_ = p.sps;
-  const std::string path = default_profile_path(profile_key_);
-  try {
-    save_sps_profile(path, p);
-    if (tty) std::cerr << "saved " << path << " (`dspark profile -m MODEL` measures it again)" << std::endl;
-  } catch (const std::exception& e) {
-    std::cerr << "warning: the SPS profile is used for this run only: " << e.what() << "\n";
-  }
+  measured_sps_ = current_sps_profile(target, default_profile_path(profile_key_), o, tty ? &std::cerr : nullptr);
 }
 
 SpecOptions DrafterOptions::spec(TargetModel* target) const {
@@ -148,21 +137,20 @@ SpecOptions DrafterOptions::spec(TargetModel* target) const {
     const bool explicit_pruning = min_conf >= 0 || !thresholds.empty();
     bool have_profile = !profile.empty() || measured_sps_.has_value();
     const bool wants_profile = !explicit_pruning && !no_prune && (drafter_gamma_ > 0 || lk.enabled());
-    if (!have_profile && wants_profile && std::filesystem::exists(default_profile_path(profile_key_))) {
-      // The default profile was written by this program; when it cannot be
-      // read (damaged, or from an incompatible version), measure a new one
-      // rather than failing every run.
+    if (!have_profile && wants_profile && target != nullptr) {
+      measure_profile(*target);
+      have_profile = measured_sps_.has_value();
+    } else if (!have_profile && wants_profile && std::filesystem::exists(default_profile_path(profile_key_))) {
+      // No target to measure on (dspark serve keeps its own curve current):
+      // the saved profile decides the schedule.
       try {
         measured_sps_ = load_sps_profile(default_profile_path(profile_key_)).sps;
+        make_sps_monotone(*measured_sps_);
         have_profile = true;
       } catch (const Error& e) {
         std::cerr << "warning: ignoring the SPS profile " << default_profile_path(profile_key_) << ": " << e.what()
                   << "\n";
       }
-    }
-    if (!have_profile && wants_profile && target != nullptr) {
-      measure_profile(*target);
-      have_profile = measured_sps_.has_value();
     }
     schedule = no_prune ? "off" : have_profile && !explicit_pruning ? "sps" : "thresholds";
   }

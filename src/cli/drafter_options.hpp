@@ -59,7 +59,7 @@ struct DrafterOptions {
   const std::string& resolved_dir() const { return resolved_dir_; }
 
  private:
-  void measure_profile(TargetModel& target) const;
+  void measure_profile(TargetModel& target) const;  // sets measured_sps_: the default profile, kept current
 
   CLI::Option* thresholds_opt_ = nullptr;  // set by add(): tells "--thresholds ''" from no option
   CLI::Option* lookup_opt_ = nullptr;      // set by add(): whether --lookup-ngram was given

@@ -49,8 +49,12 @@ class ServeCommand : public Command {
     app_->add_option("-a,--alias", alias_,
                      "the model's name in responses and /v1/models (default: the -m value's file stem, which "
                      "for an alias such as smollm2 is the alias)");
-    app_->add_option("--http-threads", http_threads_, "HTTP worker threads (0: 4 x parallel + 16)")
+    app_->add_option("--http-threads", http_threads_, "HTTP worker threads kept ready (0: 4 x parallel + 16)")
         ->check(CLI::Range(0, 4096));
+    app_->add_option("--http-max-threads", http_max_threads_,
+                     "most HTTP worker threads: each open connection holds one, and more start while every one "
+                     "is busy")
+        ->check(CLI::Range(1, 65536));
     add_sampling_options(*app_, sampling_);
     // Requests that name a seed always get seed-stable text; this is the
     // rule of the others ("auto": kUnseededRule).
@@ -100,6 +104,7 @@ class ServeCommand : public Command {
     so.defaults = sampling_;
     so.parallel = parallel_;
     so.http_threads = http_threads_;
+    so.http_max_threads = http_max_threads_;
     so.default_deadline = std::chrono::milliseconds(static_cast<int64_t>(deadline_ * 1000));
     for (const std::string& k : api_keys_) so.api_keys.add(k);
     if (!api_key_file_.empty()) so.api_keys.add_file(api_key_file_);
@@ -188,34 +193,23 @@ class ServeCommand : public Command {
   // fixed prefill budget alone).
   std::vector<double> sps_curve(TargetModel& target, const Drafter* drafter) const {
     if (sps_ == "none") return {};
-    auto measure = [&] {
-      SpsProfileOptions po;
-      const int gamma = std::max(drafter_.gamma > 0 ? drafter_.gamma : drafter ? drafter->gamma() : 0,
-                                 drafter_.lookup.enabled() ? drafter_.lookup.max_draft : 0);
-      po.bmax = std::clamp<int>(parallel_ * (gamma + 1), 16, 256);
-      po.context = 64;
-      po.repetitions = 3;
+    const int gamma = std::max(drafter_.gamma > 0 ? drafter_.gamma : drafter ? drafter->gamma() : 0,
+                               drafter_.lookup.enabled() ? drafter_.lookup.max_draft : 0);
+    SpsProfileOptions po;
+    po.bmax = std::clamp<int>(parallel_ * (gamma + 1), 16, 256);
+    po.context = 64;
+    po.repetitions = 3;
+    if (sps_ == "measure") {
       std::cerr << "measuring SPS(B) for B = 1.." << po.bmax << " ..." << std::endl;
-      return measure_sps(target, po);
-    };
-    if (sps_ == "measure") return measure().sps;
-    std::string path = sps_;
-    if (sps_ == "auto") {
-      path = default_profile_path(sps_profile_key(target.info()));
-      if (!std::filesystem::exists(path)) {
-        // First use on this machine, as `generate` does: measure and keep it.
-        const SpsProfile p = measure();
-        try {
-          save_sps_profile(path, p);
-        } catch (const std::exception& e) {
-          std::cerr << "warning: the SPS profile is used for this run only: " << e.what() << "\n";
-        }
-        return p.sps;
-      }
+      return measure_sps(target, po).sps;
     }
-    const SpsProfile prof = load_sps_profile(path);
-    if (const std::string w = sps_profile_mismatch(prof, path, sps_profile_key(target.info())); !w.empty())
+    // As `generate` does: measured on first use, then kept current.
+    if (sps_ == "auto")
+      return current_sps_profile(target, default_profile_path(sps_profile_key(target.info())), po, &std::cerr);
+    SpsProfile prof = load_sps_profile(sps_);
+    if (const std::string w = sps_profile_mismatch(prof, sps_, sps_profile_key(target.info())); !w.empty())
       std::cerr << "warning: " << w << "\n";
+    make_sps_monotone(prof.sps);
     return prof.sps;
   }
 
@@ -246,6 +240,7 @@ class ServeCommand : public Command {
   double shutdown_timeout_ = 20;
   double deadline_ = 0;
   int http_threads_ = 0;
+  int http_max_threads_ = 1024;
 };
 
 std::unique_ptr<Command> make_serve(CLI::App& app, CLI::App*& sub) {

@@ -13,6 +13,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
+#include <limits>
 
 #include "dspark/error.hpp"
 #include "dspark/io/atomic_file.hpp"
@@ -23,11 +25,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 std::vector<TokenId> filler_tokens(int64_t n, int64_t vocab, int64_t salt) {
   std::vector<TokenId> t(static_cast<size_t>(n));
@@ -35,13 +32,14 @@ std::vector<TokenId> filler_tokens(int64_t n, int64_t vocab, int64_t salt) {
   return t;
 }
 
-// Median seconds of a call of `sizes[r]` new tokens on each cache.
+// Seconds of the fastest call of `sizes[r]` new tokens on each cache (load
+// from other work on a shared machine only ever adds time).
 double time_call(TargetModel& target, std::vector<KVCache>& caches, const std::vector<int>& sizes,
                  const SpsProfileOptions& o) {
   const int64_t vocab = target.info().vocab;
   std::vector<std::vector<TokenId>> toks;
   for (size_t r = 0; r < sizes.size(); ++r) toks.push_back(filler_tokens(sizes[r], vocab, 1000 + r));
-  std::vector<double> times;
+  double best = std::numeric_limits<double>::infinity();
   for (int rep = 0; rep < o.warmup + o.repetitions; ++rep) {
     std::vector<ForwardSeq> batch;
     for (size_t r = 0; r < sizes.size(); ++r)
@@ -50,9 +48,9 @@ double time_call(TargetModel& target, std::vector<KVCache>& caches, const std::v
     auto out = target.forward(batch);
     const auto t1 = std::chrono::steady_clock::now();
     for (size_t r = 0; r < sizes.size(); ++r) caches[r].trim(sizes[r]);
-    if (rep >= o.warmup) times.push_back(std::chrono::duration<double>(t1 - t0).count());
+    if (rep >= o.warmup) best = std::min(best, std::chrono::duration<double>(t1 - t0).count());
   }
-  return median(times);
+  return best;
 }
 
 template <typename T>
@@ -118,7 +116,66 @@ SpsProfile measure_sps(TargetModel& target, const SpsProfileOptions& o,
       p.multi_sps.push_back(1.0 / std::max(t, 1e-9));
     }
   }
+  make_sps_monotone(p.sps);
+  make_sps_monotone(p.multi_sps);
   return p;
+}
+
+void make_sps_monotone(std::vector<double>& sps) {
+  for (size_t i = sps.size(); i-- > 1;) sps[i - 1] = std::max(sps[i - 1], sps[i]);
+}
+
+bool sps_profile_too_slow(TargetModel& target, const SpsProfile& p, int b_probe, double margin) {
+  const TargetInfo& info = target.info();
+  b_probe = std::clamp<int>(b_probe, 1, static_cast<int>(p.sps.size()));
+  const int64_t context = std::min<int64_t>(64, info.context - b_probe - 1);
+  if (context < 1 || p.sps.empty()) return false;
+  SpsProfileOptions o;
+  o.repetitions = 3;
+  std::vector<KVCache> caches;
+  caches.push_back(target.new_cache(context + b_probe + 1));
+  target.forward_one(caches.back(), filler_tokens(context, info.vocab, 0), Logits::None);
+  for (const int b : {1, b_probe}) {
+    const double t = time_call(target, caches, {b}, o);
+    if (t < margin / p.sps[static_cast<size_t>(b - 1)]) return true;
+  }
+  return false;
+}
+
+std::vector<double> current_sps_profile(TargetModel& target, const std::string& path, const SpsProfileOptions& o,
+                                        std::ostream* log) {
+  const auto remeasure = [&](const char* why, const SpsProfile* old) {
+    if (log) *log << why << ": measuring verify costs for B = 1.." << o.bmax << " ..." << std::endl;
+    SpsProfile p = measure_sps(target, o);
+    // Both are upper bounds of the cost on a quiet machine: keep the faster.
+    if (old && old->threads == p.threads && old->context == p.context)
+      for (size_t i = 0; i < std::min(p.sps.size(), old->sps.size()); ++i) p.sps[i] = std::max(p.sps[i], old->sps[i]);
+    make_sps_monotone(p.sps);
+    try {
+      save_sps_profile(path, p);
+      if (log) *log << "saved " << path << " (`dspark profile -m MODEL` measures it again)" << std::endl;
+    } catch (const std::exception& e) {
+      std::cerr << "warning: the SPS profile is used for this run only: " << e.what() << "\n";
+    }
+    return p.sps;
+  };
+  if (!fs::exists(path)) return remeasure("no SPS profile for this machine yet", nullptr);
+  SpsProfile old;
+  try {
+    old = load_sps_profile(path);
+  } catch (const Error& e) {
+    // The default profile was written by this program; when it cannot be
+    // read (damaged, or from an incompatible version), measure a new one
+    // rather than failing every run.
+    std::cerr << "warning: ignoring the SPS profile " << path << ": " << e.what() << "\n";
+    return remeasure("the SPS profile could not be read", nullptr);
+  }
+  const bool fits = old.model == sps_profile_key(target.info()) && old.threads == at::get_num_threads() &&
+                    static_cast<int>(old.sps.size()) >= o.bmax;
+  if (!fits) return remeasure("the SPS profile was measured for another model, thread count or block size", nullptr);
+  if (sps_profile_too_slow(target, old, std::min(o.bmax, 8))) return remeasure("this machine now verifies faster than its SPS profile says", &old);
+  make_sps_monotone(old.sps);
+  return old.sps;
 }
 
 nlohmann::json sps_profile_to_json(const SpsProfile& p) {

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include <functional>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -40,7 +41,7 @@ struct SpsProfile {
 struct SpsProfileOptions {
   int bmax = 32;          // largest B measured (>= 1)
   int64_t context = 256;  // context length of every sequence (>= 1)
-  int repetitions = 5;    // timed calls per B (>= 1); the median time is used
+  int repetitions = 5;    // timed calls per B (>= 1); the fastest is used
   int warmup = 1;         // untimed calls per B before timing
   int requests = 1;       // R > 1 also measures R sequences sharing B tokens
 };
@@ -48,8 +49,9 @@ struct SpsProfileOptions {
 /// Measures SPS(B) for B = 1..bmax on `target`: one sequence holding
 /// `context` tokens of fixed pseudo-random ids runs a forward call of B new
 /// tokens with logits for every position (as verification does); the call
-/// is rolled back (KVCache::trim) and repeated; SPS(B) = 1 / median call time
-/// in seconds. With requests = R > 1 the same is measured for R sequences
+/// is rolled back (KVCache::trim) and repeated; SPS(B) = 1 / fastest call
+/// time in seconds (other work on a shared machine only ever adds time),
+/// made monotone (make_sps_monotone). With requests = R > 1 the same is measured for R sequences
 /// (each with its own `context`-token cache) in one call, B = R..bmax tokens
 /// split as evenly as possible (earlier sequences take the remainder).
 /// `progress(b, sps)` is called after each single-sequence point.
@@ -57,6 +59,29 @@ struct SpsProfileOptions {
 /// exceeds the target's context length.
 SpsProfile measure_sps(TargetModel& target, const SpsProfileOptions& opts,
                        const std::function<void(int, double)>& progress = {});
+
+/// Makes a curve non-increasing in B, in place: SPS(B) = max over b >= B of
+/// the measured SPS(b) (a verify of B tokens never costs more than one of
+/// more; a slower point is a measurement disturbed by other work).
+void make_sps_monotone(std::vector<double>& sps);
+
+/// A quick check (about 10 forward calls) of whether `p` describes a slower
+/// machine than this one now is: true when the fastest of 3 calls of 1 or of
+/// `b_probe` tokens (after a 64-token context) takes less than `margin` times
+/// the profile's time 1 / SPS(B) — a profile measured while other work ran.
+bool sps_profile_too_slow(TargetModel& target, const SpsProfile& p, int b_probe, double margin = 0.75);
+
+/// The SPS curve of the default profile at `path`, kept current: read and
+/// used when it is for this target (sps_profile_key), thread count and at
+/// least `o.bmax` points; measured with `o` and saved (atomically) when it
+/// is missing, unreadable or for something else; measured again when
+/// sps_profile_too_slow finds the machine faster, the saved curve then
+/// keeping the faster of the two measurements at every B. The curve comes
+/// back monotone. `log` (may be null) gets a line on what is measured and
+/// saved; a profile that cannot be saved is used for this run (a warning on
+/// stderr).
+std::vector<double> current_sps_profile(TargetModel& target, const std::string& path, const SpsProfileOptions& o,
+                                        std::ostream* log);
 
 /// The profile's JSON form (see the file comment).
 nlohmann::json sps_profile_to_json(const SpsProfile& p);
