@@ -1304,5 +1304,35 @@ TEST_F(ServeOpenAI, ClientDisconnectFreesSlot) {
   run_suite({"-m", "smollm2", "--drafter", "none", "--parallel", "1", "-t", "2", "-c", "8192"}, "disconnect");
 }
 
+TEST_F(ServeOpenAI, IdleConnectionsDoNotStarveOtherClients) {
+  // Each connection holds an HTTP thread until the library's 5 s read
+  // timeout; 200 that send nothing must not queue /health behind them.
+  ServerProcess server({"-m", "smollm2", "-t", "2", "--drafter", "none", "--http-threads", "2"},
+                       tmp_.file("idle.log"));
+  std::string why;
+  const int port = server.wait_ready(why);
+  ASSERT_GT(port, 0) << why;
+  std::vector<int> idle;
+  for (int i = 0; i < 200; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    idle.push_back(fd);
+  }
+  std::this_thread::sleep_for(200ms);  // the server has accepted them
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string reply = get_health(port);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(reply.rfind("HTTP/1.1 200", 0), 0u) << reply;
+  // With a fixed pool of 2 threads the answer would wait for 100 read timeouts.
+  EXPECT_LT(s, 4.0) << "/health waited behind idle connections";
+  for (int fd : idle) ::close(fd);
+  EXPECT_EQ(server.stop(), 0) << server.log();
+}
+
 }  // namespace
 }  // namespace dspark::serve

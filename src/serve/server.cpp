@@ -49,6 +49,7 @@ void Server::stop() {}
 #include "dspark/serve/api.hpp"
 #include "dspark/serve/metrics.hpp"
 #include "dspark/serve/request_checks.hpp"
+#include "http_pool.hpp"
 #include "peer_socket.hpp"
 #include "sse_stream.hpp"
 
@@ -108,7 +109,10 @@ struct Server::Impl {
 
   explicit Impl(ServerOptions o) : opts(std::move(o)) {
     const int threads = opts.http_threads > 0 ? opts.http_threads : 4 * opts.parallel + 16;
-    http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+    const int most = std::max(threads, opts.http_max_threads);
+    http.new_task_queue = [threads, most] {
+      return new ElasticPool(static_cast<size_t>(threads), static_cast<size_t>(most));
+    };
     http.set_keep_alive_timeout(2);
     http.set_tcp_nodelay(true);
     http.set_payload_max_length(kMaxBody);

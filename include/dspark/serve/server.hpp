@@ -47,7 +47,8 @@ struct ServerOptions {
   int64_t default_max_tokens = 256; // for requests without max_tokens (capped by the context)
   SamplingParams defaults;          // for sampling fields a request omits
   int parallel = 8;                 // the engine's slots (sizes the worker pool)
-  int http_threads = 0;             // worker threads; 0 = 4 × parallel + 16
+  int http_threads = 0;             // worker threads kept ready; 0 = 4 × parallel + 16
+  int http_max_threads = 1024;      // most worker threads: one per open connection, started on demand
   ApiKeys api_keys;                 // empty: no authentication
   /// Deadline of requests that set no "deadline_ms"; 0: none.
   std::chrono::milliseconds default_deadline{0};
