@@ -137,42 +137,80 @@ inline I2 unit_sum(const Unit& w, const XPair& a) {
   return s;
 }
 
+// Bytes of weights prefetched ahead of the chunk computed (as on AVX2: the
+// hardware prefetchers alone leave a one-row decode step waiting on memory).
+constexpr int64_t kAheadBytes = 6144;
+
+// A row's 8 outputs: the scaled integer sums (a) and Q4_1 / Q4_K's minimum
+// terms (m), four lanes each.
+struct Acc {
+  float32x4_t a0, a1, m0, m1;
+};
+
+// Unit u's products with activation row a folded into the row's accumulators.
 template <QType T>
-void tile(const detail::QTile& t, const XPair* const* x, int64_t N, int64_t n_blocks32, float* y, int64_t ldy,
-          float* scratch) {
+inline void fold(const Unit& w, const XPair& a, int u, Acc& acc) {
+  constexpr auto ti = kQTypeInfo[T];
+  constexpr int shift = T == detail::kQ8_0 ? 0 : ti.shift;  // Q8_0's codes stay signed
+  I2 I = unit_sum<kGroups<T>>(w, a);
+  if constexpr (shift != 0) {
+    const int32x4_t off = vdupq_n_s32(a.s[u] * (1 << shift));
+    I = {vsubq_s32(I.a, off), vsubq_s32(I.b, off)};
+  }
+  const float32x4_t dx = vdupq_n_f32(a.dx[u]);
+  acc.a0 = vaddq_f32(acc.a0, vmulq_f32(vcvtq_f32_s32(I.a), vmulq_f32(w.dw.a, dx)));
+  acc.a1 = vaddq_f32(acc.a1, vmulq_f32(vcvtq_f32_s32(I.b), vmulq_f32(w.dw.b, dx)));
+  if constexpr (ti.float_min) {
+    const float32x4_t sdx = vdupq_n_f32(a.sdx[u]);
+    acc.m0 = vaddq_f32(acc.m0, vmulq_f32(w.mw.a, sdx));
+    acc.m1 = vaddq_f32(acc.m1, vmulq_f32(w.mw.b, sdx));
+  }
+}
+
+inline Acc load_acc(const float* p) { return {vld1q_f32(p), vld1q_f32(p + 4), vld1q_f32(p + 8), vld1q_f32(p + 12)}; }
+inline void store_acc(float* p, const Acc& a) {
+  vst1q_f32(p, a.a0);
+  vst1q_f32(p + 4, a.a1);
+  vst1q_f32(p + 8, a.m0);
+  vst1q_f32(p + 12, a.m1);
+}
+
+// The tile for N activation rows. kOne (N = 1): the row's accumulators stay
+// in registers for the whole tile; otherwise each row's live in `scratch`
+// between units. Either way every lane sees the same operations in the same
+// order.
+template <QType T, bool kOne>
+void tile_rows(const detail::QTile& t, const XPair* const* x, int64_t N, int64_t n_blocks32, float* y, int64_t ldy,
+               float* scratch) {
   constexpr auto ti = kQTypeInfo[T];
   constexpr int U = detail::units_of(ti.layout);
   constexpr bool kK = T == detail::kQ4_K || T == detail::kQ6_K;
   constexpr int pairs_per_chunk = kK ? 4 : 1;
-  constexpr int shift = T == detail::kQ8_0 ? 0 : ti.shift;  // Q8_0's codes stay signed
   const int64_t n_pairs = (n_blocks32 + 1) / 2, chunks = n_pairs / pairs_per_chunk;
   const bool odd = n_blocks32 % 2 != 0;
-  const int64_t cb = detail::chunk_bytes(T);
+  const int64_t cb = detail::chunk_bytes(T), ahead = (kAheadBytes + cb - 1) / cb * cb;
+  const float32x4_t zero = vdupq_n_f32(0.f);
   for (int h = 0; h < (t.rows > 8 ? 2 : 1); ++h) {
-    for (int64_t i = 0; i < 16 * N; ++i) scratch[i] = 0.f;
+    Acc one = {zero, zero, zero, zero};
+    if constexpr (!kOne)
+      for (int64_t i = 0; i < 16 * N; ++i) scratch[i] = 0.f;
     for (int64_t c = 0; c < chunks; ++c) {
       const uint8_t* ch = t.packed + c * cb;
+      if (h == 0)
+        for (int64_t b = 0; b < cb; b += 64) __builtin_prefetch(ch + ahead + b, 0, 3);
       for (int j = 0; j < pairs_per_chunk; ++j) {
         const int64_t p = c * pairs_per_chunk + j;
         const int units = odd && p == n_pairs - 1 ? U / 2 : U;
         for (int u = 0; u < units; ++u) {
           Unit w;
           load_unit<T>(ch, j, u, h, w);
-          for (int64_t n = 0; n < N; ++n) {
-            const XPair& a = x[n][p];
-            I2 I = unit_sum<kGroups<T>>(w, a);
-            if (shift) {
-              const int32x4_t off = vdupq_n_s32(a.s[u] * (1 << shift));
-              I = {vsubq_s32(I.a, off), vsubq_s32(I.b, off)};
-            }
-            float* acc = scratch + 16 * n;
-            const float32x4_t dx = vdupq_n_f32(a.dx[u]);
-            vst1q_f32(acc, vaddq_f32(vld1q_f32(acc), vmulq_f32(vcvtq_f32_s32(I.a), vmulq_f32(w.dw.a, dx))));
-            vst1q_f32(acc + 4, vaddq_f32(vld1q_f32(acc + 4), vmulq_f32(vcvtq_f32_s32(I.b), vmulq_f32(w.dw.b, dx))));
-            if constexpr (ti.float_min) {
-              const float32x4_t sdx = vdupq_n_f32(a.sdx[u]);
-              vst1q_f32(acc + 8, vaddq_f32(vld1q_f32(acc + 8), vmulq_f32(w.mw.a, sdx)));
-              vst1q_f32(acc + 12, vaddq_f32(vld1q_f32(acc + 12), vmulq_f32(w.mw.b, sdx)));
+          if constexpr (kOne) {
+            fold<T>(w, x[0][p], u, one);
+          } else {
+            for (int64_t n = 0; n < N; ++n) {
+              Acc acc = load_acc(scratch + 16 * n);
+              fold<T>(w, x[n][p], u, acc);
+              store_acc(scratch + 16 * n, acc);
             }
           }
         }
@@ -180,12 +218,22 @@ void tile(const detail::QTile& t, const XPair* const* x, int64_t N, int64_t n_bl
     }
     const int rows = t.rows - 8 * h < 8 ? t.rows - 8 * h : 8;
     for (int64_t n = 0; n < N; ++n) {
-      const float* acc = scratch + 16 * n;
+      const Acc acc = kOne ? one : load_acc(scratch + 16 * n);
+      const float32x4_t s0 = ti.float_min ? vaddq_f32(acc.a0, acc.m0) : acc.a0;
+      const float32x4_t s1 = ti.float_min ? vaddq_f32(acc.a1, acc.m1) : acc.a1;
       float o[8];
-      for (int r = 0; r < 8; ++r) o[r] = ti.float_min ? acc[r] + acc[8 + r] : acc[r];
+      vst1q_f32(o, s0);
+      vst1q_f32(o + 4, s1);
       for (int r = 0; r < rows; ++r) y[n * ldy + 8 * h + r] = o[r];
     }
   }
+}
+
+template <QType T>
+void tile(const detail::QTile& t, const XPair* const* x, int64_t N, int64_t n_blocks32, float* y, int64_t ldy,
+          float* scratch) {
+  if (N == 1) tile_rows<T, true>(t, x, N, n_blocks32, y, ldy, scratch);
+  else tile_rows<T, false>(t, x, N, n_blocks32, y, ldy, scratch);
 }
 
 }  // namespace
