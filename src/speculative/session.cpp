@@ -50,6 +50,12 @@ struct SpecSession::Impl {
   // drafting time; and rounds since the drafter last ran (drafter_pays()).
   int64_t drafter_rounds = 0, drafter_verified = 0, drafter_accepted = 0, rounds_since_drafter = 0;
   double drafter_s = 0;
+  // Target features of emitted tokens the drafter has not yet taken in
+  // (append_context): rounds that do not draft leave them here, and the
+  // next drafting round takes them all in one call (the same drafter state:
+  // the drafter's kernels give every row the same bits in any batch).
+  std::vector<at::Tensor> pending_taps;
+  int64_t pending_rows = 0;
   std::vector<TokenId> block;
   Clock::time_point t_start, t_prefilled, t_call;
 
@@ -133,6 +139,20 @@ struct SpecSession::Impl {
     const double t_round = 1.0 / sps_at(spec.sps, b) + drafter_s / n;
     return tokens / t_round > sps_at(spec.sps, 1);
   }
+
+  void defer_context(const at::Tensor& taps) {
+    pending_taps.push_back(taps.clone());  // the forward's buffer is reused
+    pending_rows += taps.size(0);
+    // Bounded memory while lookup drafts run for a long time.
+    if (pending_rows >= kMaxPendingRows) flush_context();
+  }
+  void flush_context() {
+    if (pending_taps.empty()) return;
+    drafter->append_context(ds, pending_taps.size() == 1 ? pending_taps[0] : at::cat(pending_taps, 0));
+    pending_taps.clear();
+    pending_rows = 0;
+  }
+  static constexpr int64_t kMaxPendingRows = 256;
 
   bool is_stop(TokenId t) const {
     return std::find(opts.stop_ids.begin(), opts.stop_ids.end(), t) != opts.stop_ids.end();
@@ -242,6 +262,7 @@ void SpecSession::draft() {
   const int g_lookup = static_cast<int>(std::min<int64_t>({s.lookup_gamma, room, budget}));
   const int g = static_cast<int>(std::min<int64_t>({s.gamma, room, budget}));
   if (!(g_lookup > 0 && s.draft_lookup(g_lookup)) && s.drafter && g > 0 && s.drafter_pays()) {
+    s.flush_context();
     s.dr = s.drafter->draft(s.ds, s.anchor, g, s.opts.sampling, s.rng);
     s.rounds_since_drafter = 0;
     s.drafter_s += seconds(t0, Clock::now());
@@ -333,7 +354,7 @@ void SpecSession::consume(const ForwardOut& out) {
     // Roll back the rejected tail; the anchor and accepted drafts extend the
     // drafter's context.
     s.cache.trim(ell - n_acc);
-    if (s.drafter) s.drafter->append_context(s.ds, out.taps.narrow(0, 0, n_acc + 1));
+    if (s.drafter) s.defer_context(out.taps.narrow(0, 0, n_acc + 1));
   }
   // Row k of the verify output is the target's distribution at the k-th
   // emitted token of the round, exactly as plain decoding computes it.
