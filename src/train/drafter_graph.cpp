@@ -48,6 +48,19 @@ const uint16_t* bf16_bits(const at::Tensor& t) {
   return reinterpret_cast<const uint16_t*>(t.data_ptr<at::BFloat16>());
 }
 
+// a · b in bf16 precision: bf16 inputs, fp32 accumulation, a bf16 result (as
+// a GPU's bf16 matmul), returned as fp32. On the CPU the product runs in
+// fp32 on the bf16-rounded inputs (each product of two bf16 values is exact
+// in fp32): ATen's own CPU bf16 matmul, without AVX-512 BF16, is a slow loop
+// that also accumulates in bf16.
+at::Tensor bf16_matmul(const at::Tensor& a, const at::Tensor& b) {
+  if (a.is_cpu())
+    return at::matmul(a.to(at::kBFloat16).to(at::kFloat), b.to(at::kBFloat16).to(at::kFloat))
+        .to(at::kBFloat16)
+        .to(at::kFloat);
+  return at::matmul(a.to(at::kBFloat16), b.to(at::kBFloat16)).to(at::kFloat);
+}
+
 // y [M, O] fp32 = bf16(x) [M, K] · Wᵀ, W [O, K] bf16 contiguous, K % 32 == 0,
 // on the inference kernel (fp32 accumulation and output).
 at::Tensor kernel_linear(const at::Tensor& x, const at::Tensor& W) {
@@ -112,14 +125,14 @@ const at::Tensor& DrafterGraph::frozen(const at::Tensor& src, at::ScalarType dty
 
 at::Tensor DrafterGraph::linear(const at::Tensor& x, const at::Tensor& W) const {
   if (x.scalar_type() == at::kFloat && opts_.matmul == MatmulPrecision::BFloat16) {
-    return at::matmul(x.to(at::kBFloat16), W.to(at::kBFloat16).t()).to(at::kFloat);
+    return bf16_matmul(x, W.t());
   }
   return at::matmul(x, W.t());
 }
 
 at::Tensor DrafterGraph::bmm(const at::Tensor& a, const at::Tensor& b) const {
   if (a.scalar_type() == at::kFloat && opts_.matmul == MatmulPrecision::BFloat16) {
-    return at::matmul(a.to(at::kBFloat16), b.to(at::kBFloat16)).to(at::kFloat);
+    return bf16_matmul(a, b);
   }
   return at::matmul(a, b);
 }
@@ -127,7 +140,7 @@ at::Tensor DrafterGraph::bmm(const at::Tensor& a, const at::Tensor& b) const {
 at::Tensor DrafterGraph::lm_head(const at::Tensor& h) const {
   if (h.scalar_type() == at::kFloat && opts_.matmul == MatmulPrecision::BFloat16) {
     const at::Tensor& hb = frozen(head_, at::kBFloat16, 1);
-    if (!(opts_.kernels && h.is_cpu())) return at::matmul(h.to(at::kBFloat16), hb.t()).to(at::kFloat);
+    if (!(opts_.kernels && h.is_cpu())) return bf16_matmul(h, hb.t());
     if (!headT_.defined()) {
       const int64_t V = head_.size(0), Vp = (V + 31) / 32 * 32;
       headT_ = at::zeros({cfg_.hidden, Vp}, at::kBFloat16);
