@@ -125,6 +125,8 @@ class Model:
 
     def _options(self, max_tokens, temperature, top_k, top_p, min_p, seed, stop):
         _check_type("max_tokens", max_tokens, int)
+        if not -(2**63) <= max_tokens < 2**63:  # the engine's range check takes a 64-bit integer
+            raise ValueError(f"max_tokens must be a positive count below 2^63, got {max_tokens}")
         for name, value in (("temperature", temperature), ("top_p", top_p), ("min_p", min_p)):
             _check_type(name, value, (int, float))
         _check_type("top_k", top_k, int)

@@ -122,6 +122,8 @@ def test_bad_arguments_raise_with_the_cpp_message(dspark_binary, plain_model):
         plain_model.generate("x", temperature=float("nan"))
     with pytest.raises(ValueError, match="max_tokens"):
         plain_model.generate("x", max_tokens=0)
+    with pytest.raises(ValueError, match="max_tokens must be a positive count below 2\\^63, got 10{30}"):
+        plain_model.generate("x", max_tokens=10**30)
     with pytest.raises(ValueError, match="role"):
         plain_model.create_chat_completion([{"role": "robot", "content": "hi"}])
     with pytest.raises(ValueError, match="at least one message"):
