@@ -140,6 +140,24 @@ TEST_F(Cli, GemmaBenchIsLosslessPastTheSlidingWindow) {
   for (const auto& p : j.at("prompts")) EXPECT_TRUE(p.at("lossless").get<bool>()) << p.dump();
 }
 
+// The shipped Gemma 3 drafter is what `-m gemma3` decodes with by default:
+// greedy output equals plain decoding, and its drafts are accepted (every
+// position verified, on held-out completion prompts).
+TEST_F(Cli, ShippedGemmaDrafterIsFoundAndLossless) {
+  DSPARK_REQUIRE_GEMMA();
+  if (!std::filesystem::exists(DSPARK_SOURCE_DIR "/drafters/gemma3/model.safetensors"))
+    GTEST_SKIP() << "no drafters/gemma3 in this checkout";
+  const std::string base = "generate -m gemma3 --temp 0 -n 40 --json -p 'The licence grants every user the right to' ";
+  auto plain = run_dspark(base + "--drafter none", tmp);
+  auto spec = run_dspark(base + "--schedule off --lookup-ngram 0", tmp);  // --drafter auto
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  ASSERT_EQ(spec.status, 0) << spec.err;
+  const auto p = nlohmann::json::parse(plain.out), s = nlohmann::json::parse(spec.out);
+  EXPECT_EQ(p.at("tokens"), s.at("tokens"));
+  EXPECT_GT(s.at("stats").at("drafted").get<int64_t>(), 0) << "no drafter ran: " << spec.err;
+  EXPECT_GT(s.at("stats").at("accepted").get<int64_t>(), 0) << s.at("stats").dump();
+}
+
 // ---- bad input ---------------------------------------------------------------
 
 TEST_F(Cli, MissingModelFile) {
