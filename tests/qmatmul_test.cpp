@@ -179,7 +179,8 @@ TEST_P(QTypes, MatchesFp64Reference) {
 
 // Every kernel table this CPU runs (a level's variants too, e.g. AVX2 with and
 // without AVX-VNNI) gives the portable kernel's bits: full and partial tiles
-// (50 rows = 3 x 16 + 2), 1 to 40 activation rows, two row lengths.
+// (50 rows = 3 x 16 + 2), 1 to 40 activation rows (blocks of rows in
+// registers: 6 + 6 + 5 for 17, 6 x 6 + 4 for 40, one block of 1-5), two row lengths.
 TEST_P(QTypes, EveryKernelTableEqualsPortableBitwise) {
   std::mt19937 rng(12);
   const GGMLType t = GetParam();
@@ -187,7 +188,7 @@ TEST_P(QTypes, EveryKernelTableEqualsPortableBitwise) {
   for (int64_t K : {cols_for(t), 4 * cols_for(t)}) {
     auto W = random_matrix(t, O, K, rng);
     ops::QLinear layer{{W.m}};
-    for (int64_t N : {1, 2, 3, 8, 17, 40}) {
+    for (int64_t N : {1, 2, 3, 5, 7, 8, 17, 40}) {
       const auto x = randn(static_cast<size_t>(N * K), rng);
       const ops::QActivations xq(x.data(), N, K, layer, ops::KernelLevel::Portable);
       std::vector<float> want(static_cast<size_t>(N * O));

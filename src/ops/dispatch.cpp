@@ -31,9 +31,9 @@ const KernelTable kAvx2Kernels = {KernelLevel::Avx2, true, DSPARK_QTILES(avx2), 
                                   DSPARK_FLOAT_ENTRIES(avx2)};
 const KernelTable kAvx2VnniKernels = {KernelLevel::Avx2, true, DSPARK_QTILES(avx2vnni), avx2::quantize32,
                                       avx2::bf16_block, DSPARK_FLOAT_ENTRIES(avx2)};
-// AVX-512: its own quantized tiles (vpdpbusd on 16 rows, reading the GGUF rows);
-// everything else runs the AVX2 kernels, which every AVX-512 CPU has.
-const KernelTable kAvx512Kernels = {KernelLevel::Avx512, false, DSPARK_QTILES(avx512), avx2::quantize32,
+// AVX-512: its own quantized tiles (vpdpbusd on the packed tiles' 16 rows at
+// once); everything else runs the AVX2 kernels, which every AVX-512 CPU has.
+const KernelTable kAvx512Kernels = {KernelLevel::Avx512, true, DSPARK_QTILES(avx512), avx2::quantize32,
                                     avx2::bf16_block, DSPARK_FLOAT_ENTRIES(avx2)};
 #endif
 #if defined(__aarch64__)
@@ -58,8 +58,7 @@ Cpu detect() {
   c.avxvnni = c.avx2 && __builtin_cpu_supports("avxvnni");
   c.avx512 = c.avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
-             __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vbmi") &&
-             __builtin_cpu_supports("avx512bitalg");
+             __builtin_cpu_supports("avx512vnni");
 #elif defined(__aarch64__) && defined(__linux__)
   c.dotprod = (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
 #endif

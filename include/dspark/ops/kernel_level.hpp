@@ -22,7 +22,7 @@ namespace dspark::ops {
 enum class KernelLevel {
   Portable,  // any CPU: plain C++ the compiler vectorizes as it can
   Avx2,      // x86-64 AVX2 + F16C (256-bit AVX-VNNI vpdpbusd when present)
-  Avx512,    // x86-64 AVX-512 F/BW/DQ/VL/VNNI/VBMI
+  Avx512,    // x86-64 AVX-512 F/BW/DQ/VL/VNNI
   Neon,      // aarch64 Advanced SIMD with the dot-product extension
 };
 
