@@ -60,16 +60,21 @@ void rope_pairs(float* x, int64_t T, int64_t row_stride, int64_t n_heads, int64_
                 int64_t rot_dim, const int64_t* positions, const float* inv_freq) {
   const auto& kt = detail::active_kernels();
   const int64_t half = rot_dim / 2;
-  std::vector<float> cs(static_cast<size_t>(half * 2));
-  for (int64_t t = 0; t < T; ++t) {
-    const double pos = static_cast<double>(positions[t]);
-    for (int64_t i = 0; i < half; ++i) {
-      const double a = pos * inv_freq[i];
-      cs[2 * i] = static_cast<float>(std::cos(a));
-      cs[2 * i + 1] = static_cast<float>(std::sin(a));
+  // One task per position: the angles (double cos/sin) dominate, and a block
+  // of positions done on one thread would leave the other waiting past its
+  // spin, to be woken again for the next product.
+  at::parallel_for(0, T, 1, [&](int64_t t0, int64_t t1) {
+    std::vector<float> cs(static_cast<size_t>(half * 2));
+    for (int64_t t = t0; t < t1; ++t) {
+      const double pos = static_cast<double>(positions[t]);
+      for (int64_t i = 0; i < half; ++i) {
+        const double a = pos * inv_freq[i];
+        cs[2 * i] = static_cast<float>(std::cos(a));
+        cs[2 * i + 1] = static_cast<float>(std::sin(a));
+      }
+      for (int64_t h = 0; h < n_heads; ++h) kt.rope(x + t * row_stride + h * head_dim, cs.data(), half);
     }
-    for (int64_t h = 0; h < n_heads; ++h) kt.rope(x + t * row_stride + h * head_dim, cs.data(), half);
-  }
+  });
 }
 
 void attention(const float* q, int64_t q_stride, const float* K, const float* V, int64_t cap,

@@ -141,6 +141,49 @@ void quantize256(const float* v, int8_t* codes, float& d) {
   d = 1.f / iscale;
 }
 
+// One activation row xr [K] into its pairs for every needed layout
+// (out[l]: the row's n_pairs XPairs of layout l); codes and dx are scratch.
+void quantize_row(const float* xr, int64_t K, int64_t n_pairs, const bool* need, const detail::KernelTable& kt,
+                  std::vector<int8_t>& codes, std::vector<float>& dx, uint8_t* const* out) {
+  const int64_t nb = K / 32;
+  for (int k256 = 0; k256 < 2; ++k256) {
+    const bool wide = k256 == 1;
+    if (!(wide ? need[detail::kNatural32K] || need[detail::kNatural16K]
+               : need[detail::kNatural32] || need[detail::kNibble32]))
+      continue;
+    std::fill(codes.begin(), codes.end(), 0);
+    std::fill(dx.begin(), dx.end(), 0.f);
+    if (wide) {
+      for (int64_t b = 0; b < K / 256; ++b) {
+        quantize256(xr + b * 256, codes.data() + b * 256, dx[8 * b]);
+        for (int i = 1; i < 8; ++i) dx[8 * b + i] = dx[8 * b];
+      }
+    } else {
+      kt.quantize32(xr, nb, codes.data(), dx.data());
+    }
+    for (int l = 0; l < kLayouts; ++l) {
+      const Layout lay = static_cast<Layout>(l);
+      if (!need[l] || detail::per256(lay) != wide) continue;
+      const int U = detail::units_of(lay), per_unit = 64 / U;
+      auto* pairs = reinterpret_cast<XPair*>(out[l]);
+      for (int64_t p = 0; p < n_pairs; ++p) {
+        XPair& a = pairs[p];
+        const int8_t* c = codes.data() + p * 64;
+        for (int e = 0; e < 64; ++e) a.q[detail::byte_of(lay, e)] = c[e];
+        for (int u = 0; u < U; ++u) {
+          int32_t sum = 0;
+          for (int e = u * per_unit; e < (u + 1) * per_unit; ++e) sum += c[e];
+          const float d = dx[static_cast<size_t>(2 * p + (u * per_unit) / 32)];
+          a.s[u] = sum;
+          // Q8_0 / Q8_1 keep d and d·Σq as binary16; Q8_K keeps d in fp32.
+          a.dx[u] = wide ? d : fp16_round(d);
+          a.sdx[u] = wide ? d * static_cast<float>(sum) : fp16_round(d * static_cast<float>(sum));
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 QActivations::QActivations(const float* x, int64_t N, int64_t K, const QLinear& layer)
@@ -159,50 +202,20 @@ QActivations::QActivations(const float* x, int64_t N, int64_t K, const QLinear& 
                             io::ggml_type_name(static_cast<uint32_t>(p.type)) + " blocks");
     need[ti.layout] = true;
   }
-  const int64_t nb = K / 32;
-  std::vector<int8_t> codes(static_cast<size_t>(n_pairs_ * 64));
-  std::vector<float> dx(static_cast<size_t>(n_pairs_ * 2));
   for (int l = 0; l < kLayouts; ++l)
     if (need[l]) buf_[l].assign(static_cast<size_t>(N * n_pairs_ * kPairBytes), 0);
-  for (int64_t n = 0; n < N; ++n) {
-    const float* xr = x + n * K;
-    for (int k256 = 0; k256 < 2; ++k256) {
-      const bool wide = k256 == 1;
-      if (!(wide ? need[detail::kNatural32K] || need[detail::kNatural16K]
-                 : need[detail::kNatural32] || need[detail::kNibble32]))
-        continue;
-      std::fill(codes.begin(), codes.end(), 0);
-      std::fill(dx.begin(), dx.end(), 0.f);
-      if (wide) {
-        for (int64_t b = 0; b < K / 256; ++b) {
-          quantize256(xr + b * 256, codes.data() + b * 256, dx[8 * b]);
-          for (int i = 1; i < 8; ++i) dx[8 * b + i] = dx[8 * b];
-        }
-      } else {
-        kt.quantize32(xr, nb, codes.data(), dx.data());
-      }
-      for (int l = 0; l < kLayouts; ++l) {
-        const Layout lay = static_cast<Layout>(l);
-        if (!need[l] || detail::per256(lay) != wide) continue;
-        const int U = detail::units_of(lay), per_unit = 64 / U;
-        auto* pairs = reinterpret_cast<XPair*>(buf_[l].data() + n * n_pairs_ * kPairBytes);
-        for (int64_t p = 0; p < n_pairs_; ++p) {
-          XPair& a = pairs[p];
-          const int8_t* c = codes.data() + p * 64;
-          for (int e = 0; e < 64; ++e) a.q[detail::byte_of(lay, e)] = c[e];
-          for (int u = 0; u < U; ++u) {
-            int32_t sum = 0;
-            for (int e = u * per_unit; e < (u + 1) * per_unit; ++e) sum += c[e];
-            const float d = dx[static_cast<size_t>(2 * p + (u * per_unit) / 32)];
-            a.s[u] = sum;
-            // Q8_0 / Q8_1 keep d and d·Σq as binary16; Q8_K keeps d in fp32.
-            a.dx[u] = wide ? d : fp16_round(d);
-            a.sdx[u] = wide ? d * static_cast<float>(sum) : fp16_round(d * static_cast<float>(sum));
-          }
-        }
-      }
+  // Rows are independent: one task per row, so that a verify block's rows
+  // are quantized on every thread (a serial pass here would leave the other
+  // threads waiting past their spin, to be woken again for the product).
+  at::parallel_for(0, N, 1, [&](int64_t n0, int64_t n1) {
+    std::vector<int8_t> codes(static_cast<size_t>(n_pairs_ * 64));
+    std::vector<float> dx(static_cast<size_t>(n_pairs_ * 2));
+    for (int64_t n = n0; n < n1; ++n) {
+      uint8_t* out[kLayouts];
+      for (int l = 0; l < kLayouts; ++l) out[l] = need[l] ? buf_[l].data() + n * n_pairs_ * kPairBytes : nullptr;
+      quantize_row(x + n * K, K, n_pairs_, need, kt, codes, dx, out);
     }
-  }
+  });
 }
 
 const uint8_t* QActivations::pairs(int layout, int64_t n) const {
