@@ -148,6 +148,7 @@ nlohmann::json stats_json(const GenerateStats& s) {
     j["draft_ms"] = s.draft_s * 1e3;
     j["verify_ms"] = s.verify_s * 1e3;
     j["lookup_rounds"] = s.lookup_rounds;
+    j["drafter_rounds"] = s.drafter_rounds;
     j["lookup_drafted"] = s.lookup_drafted;
     j["lookup_accepted"] = s.lookup_accepted;
   }

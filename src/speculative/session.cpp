@@ -7,6 +7,7 @@
 
 #include "dspark/error.hpp"
 #include "dspark/speculative/calibration.hpp"
+#include "dspark/speculative/drafter_gate.hpp"
 #include "dspark/speculative/scheduler.hpp"
 
 namespace dspark {
@@ -46,10 +47,8 @@ struct SpecSession::Impl {
   std::vector<int64_t> lookup_reached, lookup_accepted;  // per position, lookup rounds
   int64_t lookup_reached_all = 0, lookup_accepted_all = 0;  // their sums
   std::vector<double> dr_acceptance;  // a lookup draft's estimated acceptance per position
-  // Drafter rounds of this sequence: count, verified and accepted positions,
-  // drafting time; and rounds since the drafter last ran (drafter_pays()).
-  int64_t drafter_rounds = 0, drafter_verified = 0, drafter_accepted = 0, rounds_since_drafter = 0;
-  double drafter_s = 0;
+  DrafterGate gate;    // whether a round runs the drafter (its rounds so far, the SPS curve)
+  double dr_s = 0;     // drafting seconds of the current round
   // Target features of emitted tokens the drafter has not yet taken in
   // (append_context): rounds that do not draft leave them here, and the
   // next drafting round takes them all in one call (the same drafter state:
@@ -61,7 +60,7 @@ struct SpecSession::Impl {
 
   Impl(TargetModel& t, const DraftModel* d, std::vector<TokenId> p, GenerateOptions o, SpecOptions s)
       : target(t), drafter(d), prompt(std::move(p)), opts(std::move(o)), spec(std::move(s)),
-        cache(t.new_cache(opts.ctx_size)), rng(opts.sampling.seed) {
+        cache(t.new_cache(opts.ctx_size)), rng(opts.sampling.seed), gate(spec.sps) {
     opts.sampling.validate();
     if (opts.top_logprobs < -1 || opts.top_logprobs > kMaxTopLogprobs)
       throw InvalidArgument("top_logprobs must be in [-1, " + std::to_string(kMaxTopLogprobs) + "], got " +
@@ -123,21 +122,6 @@ struct SpecSession::Impl {
     }
     dr.tokens = std::move(toks);
     return true;
-  }
-
-  // With an SPS curve: whether a drafter round is expected to emit tokens
-  // faster than a plain step, from this sequence's drafter rounds so far —
-  // (1 + mean accepted) / (1 / SPS(1 + mean verified) + mean drafting time)
-  // against SPS(1). The first 8 rounds always draft, and a drafter that does
-  // not pay still drafts every 8th round so that the estimate can recover.
-  bool drafter_pays() {
-    constexpr int64_t kExplore = 8;
-    if (spec.sps.empty() || drafter_rounds < kExplore || ++rounds_since_drafter >= kExplore) return true;
-    const double n = static_cast<double>(drafter_rounds);
-    const double tokens = 1.0 + static_cast<double>(drafter_accepted) / n;
-    const auto b = 1 + static_cast<int64_t>(std::lround(static_cast<double>(drafter_verified) / n));
-    const double t_round = 1.0 / sps_at(spec.sps, b) + drafter_s / n;
-    return tokens / t_round > sps_at(spec.sps, 1);
   }
 
   void defer_context(const at::Tensor& taps) {
@@ -261,11 +245,10 @@ void SpecSession::draft() {
   const auto t0 = Clock::now();
   const int g_lookup = static_cast<int>(std::min<int64_t>({s.lookup_gamma, room, budget}));
   const int g = static_cast<int>(std::min<int64_t>({s.gamma, room, budget}));
-  if (!(g_lookup > 0 && s.draft_lookup(g_lookup)) && s.drafter && g > 0 && s.drafter_pays()) {
+  if (!(g_lookup > 0 && s.draft_lookup(g_lookup)) && s.drafter && g > 0 && s.gate.should_draft()) {
     s.flush_context();
     s.dr = s.drafter->draft(s.ds, s.anchor, g, s.opts.sampling, s.rng);
-    s.rounds_since_drafter = 0;
-    s.drafter_s += seconds(t0, Clock::now());
+    s.dr_s = seconds(t0, Clock::now());
   }
   s.res.stats.draft_s += seconds(t0, Clock::now());
   s.ell = static_cast<int>(s.dr.tokens.size());
@@ -345,9 +328,8 @@ void SpecSession::consume(const ForwardOut& out) {
       st.lookup_drafted += ell;
       st.lookup_accepted += n_acc;
     } else if (!s.dr.tokens.empty()) {
-      ++s.drafter_rounds;
-      s.drafter_verified += ell;
-      s.drafter_accepted += n_acc;
+      ++st.drafter_rounds;
+      s.gate.record(ell, n_acc, s.dr_s);
       if (s.spec.on_round)
         for (int k = 0; k < ell; ++k) s.spec.on_round(k, s.dr.conf_logits[k], k < n_acc);
     }

@@ -30,6 +30,7 @@ GenerateStats& GenerateStats::operator+=(const GenerateStats& o) {
   accepted += o.accepted;
   rounds += o.rounds;
   lookup_rounds += o.lookup_rounds;
+  drafter_rounds += o.drafter_rounds;
   lookup_drafted += o.lookup_drafted;
   lookup_accepted += o.lookup_accepted;
   draft_s += o.draft_s;

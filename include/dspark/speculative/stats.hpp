@@ -20,6 +20,7 @@ struct GenerateStats {
   int64_t accepted = 0;
   int64_t rounds = 0;
   int64_t lookup_rounds = 0;    // rounds drafted by prompt lookup (lookup.hpp)
+  int64_t drafter_rounds = 0;   // rounds drafted by the drafter (the rest drafted nothing: drafter_gate.hpp)
   int64_t lookup_drafted = 0;
   int64_t lookup_accepted = 0;
   double draft_s = 0;

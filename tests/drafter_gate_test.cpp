@@ -1,0 +1,86 @@
+// The drafter-skip rule (drafter_gate.hpp): hand-computed estimates and the
+// exact rounds at which a drafter that never pays still explores.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "dspark/speculative/drafter_gate.hpp"
+
+using dspark::DrafterGate;
+
+namespace {
+// A flat-then-linear curve: a plain step 10 ms, each extra verified token
+// +2 ms (SPS(b) = 1 / (0.010 + 0.002 (b - 1))).
+std::vector<double> linear_sps(int bmax) {
+  std::vector<double> s;
+  for (int b = 1; b <= bmax; ++b) s.push_back(1.0 / (0.010 + 0.002 * (b - 1)));
+  return s;
+}
+
+// Drives the gate for `rounds` rounds, recording `verified`/`accepted` and
+// `draft_s` for every drafting round; returns the indices that drafted.
+std::vector<int> drive(DrafterGate& g, int rounds, int64_t verified, int64_t accepted, double draft_s) {
+  std::vector<int> drafted;
+  for (int r = 0; r < rounds; ++r)
+    if (g.should_draft()) {
+      drafted.push_back(r);
+      g.record(verified, accepted, draft_s);
+    }
+  return drafted;
+}
+}  // namespace
+
+TEST(DrafterGate, WithoutACurveEveryRoundDrafts) {
+  DrafterGate g;
+  EXPECT_EQ(drive(g, 50, 8, 0, 1.0).size(), 50u);
+}
+
+TEST(DrafterGate, EstimateMatchesHandComputation) {
+  // 4 rounds of 4 verified, 2 accepted, 1 ms drafting: a round emits 3
+  // tokens in t(5) + 1 ms = 18 + 1 = 19 ms, 158 tok/s > 100 steps/s: pays.
+  DrafterGate g(linear_sps(16));
+  for (int i = 0; i < 4; ++i) g.record(4, 2, 0.001);
+  EXPECT_TRUE(g.pays());
+  // The same with 10 ms of drafting: 3 tokens in 28 ms = 107 tok/s, pays;
+  // with 12 ms: 3 / 30 ms = 100 tok/s, not more than a plain step: no.
+  DrafterGate g10(linear_sps(16)), g12(linear_sps(16));
+  for (int i = 0; i < 4; ++i) g10.record(4, 2, 0.010), g12.record(4, 2, 0.012);
+  EXPECT_TRUE(g10.pays());
+  EXPECT_FALSE(g12.pays());
+  // 8 verified, 1 accepted, 0.5 ms: 2 tokens in 26.5 ms = 75 tok/s: no.
+  DrafterGate g8(linear_sps(16));
+  for (int i = 0; i < 4; ++i) g8.record(8, 1, 0.0005);
+  EXPECT_FALSE(g8.pays());
+  EXPECT_FALSE(DrafterGate(linear_sps(4)).pays());  // no rounds yet
+}
+
+TEST(DrafterGate, ADrafterThatNeverPaysExploresWithBackoff) {
+  // Every round verifies 8 and accepts none: never pays. Rounds 0-3 warm
+  // up; then one exploration after 8, 16, 32, 64, 64, ... skipped rounds.
+  DrafterGate g(linear_sps(16));
+  const std::vector<int> drafted = drive(g, 400, 8, 0, 0.001);
+  std::vector<int> expect = {0, 1, 2, 3};
+  int at = 3;
+  for (int gap : {8, 16, 32, 64, 64, 64, 64, 64})
+    if ((at += gap) < 400) expect.push_back(at);
+  EXPECT_EQ(drafted, expect);
+  EXPECT_EQ(g.period(), DrafterGate::kExploreMax);
+}
+
+TEST(DrafterGate, ADrafterThatPaysAlwaysDraftsAndRecovers) {
+  DrafterGate g(linear_sps(16));
+  EXPECT_EQ(drive(g, 100, 4, 3, 0.001).size(), 100u);
+  // A bad stretch: rounds drafting 8 and accepting 0 pull the mean down
+  // until it no longer pays; the gate then explores with a growing period.
+  DrafterGate h(linear_sps(16));
+  drive(h, 10, 4, 3, 0.001);
+  const auto bad = drive(h, 200, 8, 0, 0.001);
+  ASSERT_LT(bad.size(), 200u);
+  EXPECT_FALSE(h.pays());
+  EXPECT_GT(h.period(), DrafterGate::kExploreMin);
+  // Good rounds again: the first exploration that brings the mean back
+  // above a plain step resets the period, and every round drafts again.
+  while (!h.pays()) drive(h, 1, 7, 7, 0.0);
+  EXPECT_TRUE(h.should_draft());
+  EXPECT_EQ(h.period(), DrafterGate::kExploreMin);
+}
