@@ -71,6 +71,10 @@ class BenchCommand : public Command {
     std::vector<double> agg_plain, agg_spec, agg_prefill;
     GenerateStats total_spec;
     bool all_lossless = true;
+    // Per prompt, across runs: the rows report medians of rates and speedups
+    // (a noisy machine), and lossless only when every run was.
+    std::vector<std::vector<double>> p_plain(prompts.size()), p_spec(prompts.size()), p_speedup(prompts.size());
+    std::vector<char> p_same(prompts.size(), 1);
     // A base model has no chat template: its prompts are plain-text completions.
     const bool chat = !raw_ && m.chat.has_value();
     if (!raw_ && !chat) std::fprintf(stderr, "the model declares no chat template: prompts are plain completions\n");
@@ -105,20 +109,33 @@ class BenchCommand : public Command {
                               {"plain_tokens", plain.stats.generated_tokens},
                               {"plain_tok_s", plain.stats.decode_tok_s()},
                               {"prefill_tok_s", plain.stats.prefill_tok_s()}};
+        p_plain[i].push_back(plain.stats.decode_tok_s());
         if (speculative) {
           spec_tokens += sp.stats.generated_tokens;
           spec_s += sp.stats.decode_s;
           const bool same = sp.tokens == plain.tokens;
           if (exact) all_lossless &= same;
-          merge(total_spec, sp.stats);
+          p_same[i] &= static_cast<char>(same);
+          p_spec[i].push_back(sp.stats.decode_tok_s());
+          p_speedup[i].push_back(plain.stats.decode_tok_s() > 0 ? sp.stats.decode_tok_s() / plain.stats.decode_tok_s()
+                                                                : 0.0);
+          total_spec += sp.stats;
           row["tau"] = sp.stats.tau();
-          row["spec_tok_s"] = sp.stats.decode_tok_s();
-          row["speedup"] = plain.stats.decode_tok_s() > 0
-                               ? sp.stats.decode_tok_s() / plain.stats.decode_tok_s() : 0.0;
           row["acceptance_by_position"] = sp.stats.acceptance_by_position();
-          row["lossless"] = exact ? nlohmann::json(same) : nlohmann::json(nullptr);
+          row["rounds"] = sp.stats.rounds;
+          row["drafter_rounds"] = sp.stats.drafter_rounds;
         }
-        if (run == runs_ - 1) rows.push_back(row);
+        // The last run's counts (a deterministic run repeats them), the
+        // median rates of all runs.
+        if (run == runs_ - 1) {
+          row["plain_tok_s"] = median(p_plain[i]);
+          if (speculative) {
+            row["spec_tok_s"] = median(p_spec[i]);
+            row["speedup"] = median(p_speedup[i]);
+            row["lossless"] = exact ? nlohmann::json(p_same[i] != 0) : nlohmann::json(nullptr);
+          }
+          rows.push_back(row);
+        }
         if (!json_ && isatty(fileno(stderr)))
           std::fprintf(stderr, "\rrun %d/%d prompt %zu/%zu", run + 1, runs_, i + 1, prompts.size());
       }
@@ -157,6 +174,7 @@ class BenchCommand : public Command {
       agg["drafted"] = total_spec.drafted;
       agg["accepted"] = total_spec.accepted;
       agg["rounds"] = total_spec.rounds;
+      agg["drafter_rounds"] = total_spec.drafter_rounds;
       agg["target_calls"] = total_spec.target_calls;
       agg["draft_ms_per_round"] = total_spec.rounds ? total_spec.draft_s * 1e3 / total_spec.rounds : 0;
       agg["verify_ms_per_round"] = total_spec.rounds ? total_spec.verify_s * 1e3 / total_spec.rounds : 0;
@@ -171,25 +189,6 @@ class BenchCommand : public Command {
   }
 
  private:
-  static void merge(GenerateStats& into, const GenerateStats& s) {
-    into.generated_tokens += s.generated_tokens;
-    into.rounds += s.rounds;
-    into.drafted += s.drafted;
-    into.accepted += s.accepted;
-    into.lookup_rounds += s.lookup_rounds;
-    into.lookup_drafted += s.lookup_drafted;
-    into.lookup_accepted += s.lookup_accepted;
-    into.target_calls += s.target_calls;
-    into.draft_s += s.draft_s;
-    into.verify_s += s.verify_s;
-    into.reached_by_position.resize(std::max(into.reached_by_position.size(), s.reached_by_position.size()));
-    into.accepted_by_position.resize(into.reached_by_position.size());
-    for (size_t k = 0; k < s.reached_by_position.size(); ++k) {
-      into.reached_by_position[k] += s.reached_by_position[k];
-      into.accepted_by_position[k] += s.accepted_by_position[k];
-    }
-  }
-
   static void print_table(const nlohmann::json& agg, const nlohmann::json& rows, bool spec) {
     std::printf("kernels %s, %d threads\n", agg["kernels"].get<std::string>().c_str(), agg["threads"].get<int>());
     if (spec) {
@@ -205,8 +204,9 @@ class BenchCommand : public Command {
                   agg["lossless"].is_null() ? "n/a (sampling)" : agg["lossless"].get<bool>() ? "yes" : "NO");
       std::printf("acceptance by position:");
       for (double a : agg["acceptance_by_position"]) std::printf(" %.2f", a);
-      std::printf("\ndraft %.2f ms/round, verify %.2f ms/round\n", agg["draft_ms_per_round"].get<double>(),
-                  agg["verify_ms_per_round"].get<double>());
+      std::printf("\ndraft %.2f ms/round, verify %.2f ms/round; the drafter drafted %lld of %lld rounds (all runs)\n",
+                  agg["draft_ms_per_round"].get<double>(), agg["verify_ms_per_round"].get<double>(),
+                  agg["drafter_rounds"].get<long long>(), agg["rounds"].get<long long>());
       if (const auto& lk = agg["lookup"]; !lk.is_null()) {
         const auto drafted = lk["drafted"].get<long long>(), accepted = lk["accepted"].get<long long>();
         std::printf("lookup drafts: %lld of %lld rounds, %lld of %lld drafted tokens accepted\n",
