@@ -361,7 +361,7 @@ TEST(Checkpoint, RefusesMalformedFields) {
       {"no dims", [](json& j) { j.erase("dims"); }, {"dims"}},
       {"no target_id", [](json& j) { j.erase("target_id"); }, {"target_id"}},
       {"no tap_layers", [](json& j) { j["config"].erase("tap_layers"); }, {"tap_layers"}},
-      {"d_draft differs", [](json& j) { j["config"]["d_draft"] = 128; }, {"d_draft"}},
+      {"d_draft differs", [](json& j) { j["config"]["d_draft"] = 128; }, {"d_draft is 128", "hidden_size ="}},
       {"unknown seq_head", [](json& j) { j["config"]["seq_head"] = "lstm"; }, {"lstm", "dspark.json"}},
       {"weights_bytes of the wrong type", [](json& j) { j["weights_bytes"] = "many"; }, {"weights_bytes"}},
       {"mask_token_id of the wrong type", [](json& j) { j["config"]["mask_token_id"] = "none"; },

@@ -341,6 +341,28 @@ TEST(SpsProfile, DefaultProfileIsMeasuredKeptAndRemeasuredWhenTooSlow) {
   for (double x : again) EXPECT_GT(x, 1.0);
   EXPECT_EQ(load_sps_profile(path).sps, again);
 
+  // A longer curve (a server's) measured again for a short run keeps its
+  // tail, scaled to meet the new points, and its multi-sequence curve.
+  SpsProfile longer = load_sps_profile(path);
+  longer.b = {1, 2, 3, 4, 5, 6, 7, 8};
+  longer.sps = {1e-3, 1e-3, 1e-3, 1e-3, 1e-3, 0.5e-3, 0.5e-3, 0.25e-3};
+  longer.requests = 2;
+  longer.multi_b = {2, 3, 4};
+  longer.multi_sps = {7, 6, 5};
+  save_sps_profile(path, longer);
+  log.str("");
+  const std::vector<double> merged = current_sps_profile(t, path, o, &log);
+  EXPECT_NE(log.str().find("verifies faster"), std::string::npos) << log.str();
+  ASSERT_EQ(merged.size(), 8u);
+  EXPECT_DOUBLE_EQ(merged[4], merged[3]);  // old[4] = old[3]: scaled to the new SPS(4)
+  EXPECT_DOUBLE_EQ(merged[5], merged[3] / 2);
+  EXPECT_DOUBLE_EQ(merged[7], merged[3] / 4);
+  const SpsProfile saved = load_sps_profile(path);
+  EXPECT_EQ(saved.sps, merged);
+  EXPECT_EQ(saved.b, (std::vector<int>{1, 2, 3, 4, 5, 6, 7, 8}));
+  EXPECT_EQ(saved.requests, 2);
+  EXPECT_EQ(saved.multi_sps, longer.multi_sps);
+
   // Too few points for this block size, or another model: replaced.
   SpsProfile other = load_sps_profile(path);
   other.model = "another/model@quant@avx2";

@@ -308,7 +308,9 @@ void GGUFFile::parse() {
   }
   const uint64_t n_tensors = c.read<uint64_t>("tensor count");
   const uint64_t n_kv = c.read<uint64_t>("metadata count");
-  if (n_tensors > kMaxCount || n_kv > kMaxCount) c.fail("implausible tensor/metadata count");
+  if (n_tensors > kMaxCount || n_kv > kMaxCount)
+    c.fail("implausible tensor count " + std::to_string(n_tensors) + " or metadata count " + std::to_string(n_kv) +
+           " (at most " + std::to_string(kMaxCount) + " each)");
   // Smallest encodings: a KV pair takes >= 13 bytes, a tensor info >= 32.
   if (n_kv * 13 + n_tensors * 32 > c.remaining()) {
     c.fail("truncated file: " + std::to_string(n_kv) + " metadata entries and " +

@@ -112,8 +112,11 @@ DrafterConfig config_from_json(const nlohmann::json& j, const std::string& where
   c.vocab = json_get<int64_t>(dims, "vocab_size", dw);
   c.eps = dims.contains("eps") ? json_get<double>(dims, "eps", dw) : 1e-5;
   c.target_id = json_get<std::string>(j, "target_id", where);
-  if (cfg.contains("d_draft") && json_get<int64_t>(cfg, "d_draft", cw) != c.hidden)
-    throw FormatError(cw + ": d_draft differs from dims.hidden_size");
+  if (cfg.contains("d_draft")) {
+    if (const auto d = json_get<int64_t>(cfg, "d_draft", cw); d != c.hidden)
+      throw FormatError(cw + ": d_draft is " + std::to_string(d) + ", expected dims.hidden_size = " +
+                        std::to_string(c.hidden) + " (the drafter's width is the target's)");
+  }
   try {
     c.validate();
   } catch (const InvalidArgument& e) {

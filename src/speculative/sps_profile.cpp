@@ -151,6 +151,23 @@ std::vector<double> current_sps_profile(TargetModel& target, const std::string& 
     if (old && old->threads == p.threads && old->context == p.context)
       for (size_t i = 0; i < std::min(p.sps.size(), old->sps.size()); ++i) p.sps[i] = std::max(p.sps[i], old->sps[i]);
     make_sps_monotone(p.sps);
+    // A longer curve (`dspark serve` measures up to parallel·(γ + 1), and
+    // its multi-sequence curve) keeps its points past this measurement,
+    // scaled to meet it, so that a short run does not make the next server
+    // measure the whole curve again.
+    if (old && old->model == p.model && old->threads == p.threads && old->sps.size() > p.sps.size()) {
+      const size_t n = p.sps.size();
+      const double r = p.sps[n - 1] / old->sps[n - 1];
+      for (size_t i = n; i < old->sps.size(); ++i) {
+        p.b.push_back(static_cast<int>(i) + 1);
+        p.sps.push_back(std::min(p.sps[i - 1], old->sps[i] * r));
+      }
+      if (p.requests == 1 && old->requests > 1) {
+        p.requests = old->requests;
+        p.multi_b = old->multi_b;
+        p.multi_sps = old->multi_sps;
+      }
+    }
     try {
       save_sps_profile(path, p);
       if (log) *log << "saved " << path << " (`dspark profile -m MODEL` measures it again)" << std::endl;
