@@ -107,7 +107,6 @@ class BenchCommand : public Command {
         nlohmann::json row = {{"id", prompts[i].id},
                               {"prompt_tokens", plain.stats.prompt_tokens},
                               {"plain_tokens", plain.stats.generated_tokens},
-                              {"plain_tok_s", plain.stats.decode_tok_s()},
                               {"prefill_tok_s", plain.stats.prefill_tok_s()}};
         p_plain[i].push_back(plain.stats.decode_tok_s());
         if (speculative) {
