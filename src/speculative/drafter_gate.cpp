@@ -18,13 +18,18 @@ bool DrafterGate::pays() const {
 }
 
 bool DrafterGate::should_draft() {
-  if (sps_.empty() || rounds_ < kWarmup) return true;
+  if (sps_.empty() || rounds_ < kWarmup) return draft();
   if (pays()) {
     period_ = kExploreMin;
-    return true;
+    return draft();
   }
   if (++since_ < period_) return false;
   period_ = std::min(2 * period_, kExploreMax);
+  return draft();
+}
+
+bool DrafterGate::draft() {
+  since_ = 0;
   return true;
 }
 
@@ -33,7 +38,6 @@ void DrafterGate::record(int64_t verified, int64_t accepted, double draft_s) {
   verified_ += verified;
   accepted_ += accepted;
   draft_s_ += draft_s;
-  since_ = 0;
 }
 
 }  // namespace dspark

@@ -35,7 +35,7 @@ class DrafterGate {
   explicit DrafterGate(std::vector<double> sps = {}) : sps_(std::move(sps)) {}
 
   /// Whether the coming round (one the drafter could draft) should draft.
-  /// Call once per such round; a true answer must be followed by record().
+  /// Call once per such round; record() the outcome of a round that drafted.
   bool should_draft();
 
   /// A drafter round's outcome: `verified` draft tokens verified (>= 0),
@@ -49,6 +49,8 @@ class DrafterGate {
   int64_t period() const { return period_; }
 
  private:
+  bool draft();  // a drafting answer: the skipped-round count starts again
+
   std::vector<double> sps_;
   int64_t rounds_ = 0, verified_ = 0, accepted_ = 0;
   double draft_s_ = 0;
