@@ -208,18 +208,23 @@ TEST(KernelLevels, NormRopeAndActivationsEqualPortable) {
 
 TEST(KernelLevels, Bf16BlockEqualsPortable) {
   std::mt19937 rng(4);
-  for (int64_t K : {32, 64, 576}) {
-    for (int rows : {1, 3, 4, 7, 16}) {
-      for (int64_t N : {1, 2, 3, 5}) {
-        std::vector<uint16_t> x(N * K), W(rows * K);
-        for (auto& v : x) v = ops::f32_to_bf16(std::normal_distribution<float>(0.f, 2.f)(rng));
-        for (auto& v : W) v = ops::f32_to_bf16(std::normal_distribution<float>(0.f, 0.1f)(rng));
-        expect_every_level_equal("bf16_block", [&](const KernelTable& kt) {
-          const int64_t ldy = rows + 3;
-          std::vector<float> y(N * ldy, -7.f);
-          kt.bf16_block(x.data(), N, W.data(), rows, K, y.data(), ldy, nullptr);
-          return y;
-        });
+  // A bf16 product is exact in fp32 unless it falls below 2^-126, so a
+  // fused multiply-add changes results only there: the tiny scale (products
+  // near 1e-40) is what would catch one.
+  for (const float scale : {1.f, 1e-20f}) {
+    for (int64_t K : {32, 64, 576}) {
+      for (int rows : {1, 2, 3, 4, 6, 7, 16}) {
+        for (int64_t N : {1, 2, 3, 4, 5, 7, 9}) {  // every activation-row tile and remainder
+          std::vector<uint16_t> x(N * K), W(rows * K);
+          for (auto& v : x) v = ops::f32_to_bf16(scale * std::normal_distribution<float>(0.f, 2.f)(rng));
+          for (auto& v : W) v = ops::f32_to_bf16(scale * std::normal_distribution<float>(0.f, 0.1f)(rng));
+          expect_every_level_equal("bf16_block", [&](const KernelTable& kt) {
+            const int64_t ldy = rows + 3;
+            std::vector<float> y(N * ldy, -7.f);
+            kt.bf16_block(x.data(), N, W.data(), rows, K, y.data(), ldy, nullptr);
+            return y;
+          });
+        }
       }
     }
   }

@@ -81,6 +81,8 @@ DSPARK_QTILE_KERNELS
 }  // namespace dspark::ops::avx2vnni
 namespace dspark::ops::avx512 {
 DSPARK_QTILE_KERNELS
+void bf16_block(const uint16_t* x, int64_t N, const uint16_t* W, int rows, int64_t K, float* y, int64_t ldy,
+                const uint16_t* next);
 }  // namespace dspark::ops::avx512
 #endif
 
