@@ -459,3 +459,21 @@ TEST(KernelsAddRows, AddsWithStride) {
 }
 
 }  // namespace
+
+// weighted_rows: acc[d] + p[0]·rows[0, d] + p[1]·rows[1, d] + ..., added in
+// order; values exact in binary so the sums are hand-checkable.
+TEST(KernelsWeightedRows, HandComputedAndAccumulates) {
+  const float p[3] = {0.5f, -2.f, 0.25f};
+  std::vector<float> rows(3 * 19);
+  for (int j = 0; j < 3; ++j)
+    for (int d = 0; d < 19; ++d) rows[j * 19 + d] = static_cast<float>((j + 1) * (d - 9));
+  std::vector<float> acc(19, 1.f);
+  dspark::ops::weighted_rows(p, rows.data(), 3, 19, acc.data());
+  for (int d = 0; d < 19; ++d) {
+    // 1 + 0.5·(d-9) - 2·2(d-9) + 0.25·3(d-9) = 1 - 2.75·(d-9)
+    EXPECT_EQ(acc[d], 1.f - 2.75f * static_cast<float>(d - 9)) << "d " << d;
+  }
+  // n = 0 leaves acc untouched.
+  dspark::ops::weighted_rows(p, rows.data(), 0, 19, acc.data());
+  EXPECT_EQ(acc[0], 1.f + 2.75f * 9.f);
+}

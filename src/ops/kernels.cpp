@@ -117,4 +117,9 @@ void add_rows(float* x, const float* y, int64_t N, int64_t D, int64_t ldy) {
     for (int64_t d = 0; d < D; ++d) x[n * D + d] += y[n * ldy + d];
 }
 
+void weighted_rows(const float* p, const float* rows, int64_t n, int64_t D, float* acc) {
+  if (n <= 0 || D <= 0) return;
+  detail::active_kernels().pv(&p, 1, rows, 0, n, D, &acc);
+}
+
 }  // namespace dspark::ops

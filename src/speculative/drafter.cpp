@@ -169,7 +169,12 @@ void Drafter::bind(const TargetModel& target) {
       infer_[name] = p.to(at::kBFloat16).contiguous();  // rows looked up by token
     } else {
       const bool output_rows = name == "markov_w2.weight" || name == "elman.wo";
-      lin_[name] = ops::Linear::from_tensor(output_rows && row_index.defined() ? p.index_select(0, row_index) : p);
+      if (output_rows) {
+        // [V', r] -> fp32 [r, V']: rank-r output products as r row passes (ops::weighted_rows).
+        infer_[name + ".t"] = (row_index.defined() ? p.index_select(0, row_index) : p).to(at::kFloat).t().contiguous();
+      } else {
+        lin_[name] = ops::Linear::from_tensor(p);
+      }
     }
   }
   // Fused products: one pass over the block for q|k|v and gate|up, one over the context for k|v.

@@ -30,6 +30,14 @@ std::vector<float> matvec(const ops::Linear& W, const std::vector<float>& x) {
 
 float sigmoid(float v) { return 1.f / (1.f + std::exp(-v)); }
 
+// B[V] = W [V, r] · x[r] from W's fp32 transpose [r, V] (one pass over V per
+// rank component: r is small, V the draft vocabulary).
+std::vector<float> rank_product(const at::Tensor& Wt, const std::vector<float>& x) {
+  std::vector<float> y(static_cast<size_t>(Wt.size(1)), 0.f);
+  ops::weighted_rows(x.data(), Wt.data_ptr<float>(), Wt.size(0), Wt.size(1), y.data());
+  return y;
+}
+
 }  // namespace
 
 Draft Drafter::draft(const DraftState& st, TokenId anchor, int gamma,
@@ -70,14 +78,14 @@ Draft Drafter::draft(const DraftState& st, TokenId anchor, int gamma,
     std::vector<float> B;
     switch (cfg_.seq_head) {
       case SeqHead::None: break;
-      case SeqHead::Markov: B = matvec(lin("markov_w2.weight"), e); break;
+      case SeqHead::Markov: B = rank_product(w("markov_w2.weight.t"), e); break;
       case SeqHead::Gated: {
         std::vector<float> he(hk, hk + d);
         he.insert(he.end(), e.begin(), e.end());
         auto g = matvec(lin("markov_gate.weight"), he);
         const float* gb = w("markov_gate.bias").data_ptr<float>();
         for (int64_t i = 0; i < r; ++i) g[i] = sigmoid(g[i] + gb[i]) * e[i];
-        B = matvec(lin("markov_w2.weight"), g);
+        B = rank_product(w("markov_w2.weight.t"), g);
         break;
       }
       case SeqHead::Rnn: {
@@ -93,14 +101,14 @@ Draft Drafter::draft(const DraftState& st, TokenId anchor, int gamma,
           s[i] = g * s[i] + (1.f - g) * c;
           o[i] = std::tanh(gco[2 * r + i] + rb[2 * r + i]);
         }
-        B = matvec(lin("markov_w2.weight"), o);
+        B = rank_product(w("markov_w2.weight.t"), o);
         break;
       }
       case SeqHead::Elman: {
         auto a = matvec(lin("elman.wh"), s);
         const float* bh = w("elman.bh").data_ptr<float>();
         for (int64_t i = 0; i < r; ++i) s[i] = std::tanh(a[i] + e[i] + bh[i]);
-        B = matvec(lin("elman.wo"), s);
+        B = rank_product(w("elman.wo.t"), s);
         break;
       }
     }

@@ -69,4 +69,11 @@ void silu_mul(const float* gu, int64_t N, int64_t F, float* out);
 /// x[n, :] += y[n, :] over [N, D] fp32 (y with row stride ldy).
 void add_rows(float* x, const float* y, int64_t N, int64_t D, int64_t ldy);
 
+/// acc[d] = acc[d] + p[j] · rows[j, d] for j = 0..n-1 in that order, d < D
+/// (the attention kernels' p·V on one query): a product with a short inner
+/// dimension (a rank-n factor [n, D] fp32, e.g. the drafter's Markov head)
+/// as n passes over D lanes, without a dot product per output. One thread;
+/// the same bits on every kernel level.
+void weighted_rows(const float* p, const float* rows, int64_t n, int64_t D, float* acc);
+
 }  // namespace dspark::ops
