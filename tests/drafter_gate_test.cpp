@@ -2,6 +2,7 @@
 // exact rounds at which a drafter that never pays still explores.
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <vector>
 
 #include "dspark/speculative/drafter_gate.hpp"
@@ -83,4 +84,50 @@ TEST(DrafterGate, ADrafterThatPaysAlwaysDraftsAndRecovers) {
   while (!h.pays()) drive(h, 1, 7, 7, 0.0);
   EXPECT_TRUE(h.should_draft());
   EXPECT_EQ(h.period(), DrafterGate::kExploreMin);
+}
+
+// ---- memory across sequences ---------------------------------------------------------------
+
+TEST(DrafterGateMemory, ASequenceAfterOneWhereTheDrafterNeverPaidSkipsTheWarmUp) {
+  auto memory = std::make_shared<dspark::DrafterGateMemory>();
+  DrafterGate first(linear_sps(16), memory, /*sampled=*/true);
+  drive(first, 200, 8, 0, 0.001);  // warm-up, then explorations up to the longest period
+  ASSERT_EQ(first.period(), DrafterGate::kExploreMax);
+  // The next sequence starts from the memory: no warm-up, and its first
+  // exploration comes after the period the first one reached.
+  DrafterGate second(linear_sps(16), memory, true);
+  EXPECT_FALSE(second.pays());
+  EXPECT_EQ(drive(second, 200, 8, 0, 0.001), (std::vector<int>{63, 127, 191}));
+  // The other regime learned nothing: a greedy sequence warms up.
+  DrafterGate greedy(linear_sps(16), memory, false);
+  EXPECT_EQ(drive(greedy, 4, 8, 0, 0.001).size(), 4u);
+}
+
+TEST(DrafterGateMemory, ADrafterThatPaidDraftsFromTheFirstRoundAndOwnRoundsTakeOver) {
+  auto memory = std::make_shared<dspark::DrafterGateMemory>();
+  DrafterGate first(linear_sps(16), memory);
+  drive(first, 50, 4, 3, 0.001);
+  DrafterGate second(linear_sps(16), memory);
+  EXPECT_TRUE(second.pays());  // before any round of its own
+  // This text is different: rounds that accept nothing outweigh the
+  // memory's kPriorRounds pseudo-rounds. After 8: 1 + 24/16 = 2.5 tokens in
+  // t(7) + 1 ms = 23 ms, 109 tok/s > 100, still pays; after 12: 2.2 tokens
+  // in 23 ms, 96 tok/s: no.
+  for (int i = 0; i < 8; ++i) second.record(8, 0, 0.001);
+  EXPECT_TRUE(second.pays());
+  for (int i = 0; i < 4; ++i) second.record(8, 0, 0.001);
+  EXPECT_FALSE(second.pays());
+}
+
+TEST(DrafterGateMemory, SumsDecayToTheRecentRounds) {
+  dspark::DrafterGateMemory m;
+  for (int i = 0; i < 1000; ++i) m.record(false, 4, i < 900 ? 0 : 4, 0.002);
+  const auto s = m.get(false);
+  EXPECT_LE(s.rounds, dspark::DrafterGateMemory::kMemoryRounds);
+  EXPECT_GT(s.rounds, dspark::DrafterGateMemory::kMemoryRounds / 2);
+  // The 900 rounds that accepted nothing have all but faded: 100 rounds
+  // later they weigh less than 2^-3 of the sums.
+  EXPECT_GT(s.accepted, 3.5 * s.rounds);
+  EXPECT_LT(s.accepted, 4.0 * s.rounds);
+  EXPECT_EQ(m.get(true).rounds, 0);
 }

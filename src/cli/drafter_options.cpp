@@ -169,6 +169,7 @@ SpecOptions DrafterOptions::spec(TargetModel* target) const {
     s.sps = prof.sps;
   }
   s.min_conf = min_conf;
+  s.gate_memory = std::make_shared<DrafterGateMemory>();
   if (thresholds.empty() && thresholds_opt_ != nullptr && thresholds_opt_->count() > 0)
     throw InvalidArgument("--thresholds: expected numbers in [0, 1] separated by commas, or 'none', got an empty string");
   if (thresholds == "none") {

@@ -8,23 +8,64 @@
 
 namespace dspark {
 
+DrafterGateMemory::Stats DrafterGateMemory::get(bool sampled) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return s_[sampled ? 1 : 0];
+}
+
+void DrafterGateMemory::record(bool sampled, int64_t verified, int64_t accepted, double draft_s) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stats& s = s_[sampled ? 1 : 0];
+  s.rounds += 1;
+  s.verified += static_cast<double>(verified);
+  s.accepted += static_cast<double>(accepted);
+  s.draft_s += draft_s;
+  if (s.rounds > kMemoryRounds) {
+    s.rounds *= 0.5;
+    s.verified *= 0.5;
+    s.accepted *= 0.5;
+    s.draft_s *= 0.5;
+  }
+}
+
+void DrafterGateMemory::set_period(bool sampled, int64_t period) {
+  std::lock_guard<std::mutex> lock(mu_);
+  s_[sampled ? 1 : 0].period = period;
+}
+
+DrafterGate::DrafterGate(std::vector<double> sps, std::shared_ptr<DrafterGateMemory> memory, bool sampled)
+    : sps_(std::move(sps)), memory_(std::move(memory)), sampled_(sampled) {
+  if (!memory_) return;
+  prior_ = memory_->get(sampled_);
+  if (prior_.rounds > kPriorRounds) {
+    const double f = kPriorRounds / prior_.rounds;
+    prior_.rounds = kPriorRounds;
+    prior_.verified *= f;
+    prior_.accepted *= f;
+    prior_.draft_s *= f;
+  }
+  if (prior_.period > 0) period_ = std::clamp(prior_.period, kExploreMin, kExploreMax);
+}
+
 bool DrafterGate::pays() const {
-  if (rounds_ == 0) return false;
-  const double n = static_cast<double>(rounds_);
-  const double tokens = 1.0 + static_cast<double>(accepted_) / n;
-  const auto b = 1 + static_cast<int64_t>(std::lround(static_cast<double>(verified_) / n));
-  const double t_round = 1.0 / sps_at(sps_, b) + draft_s_ / n;
+  const double n = static_cast<double>(rounds_) + prior_.rounds;
+  if (n <= 0) return false;
+  const double tokens = 1.0 + (static_cast<double>(accepted_) + prior_.accepted) / n;
+  const auto b = 1 + static_cast<int64_t>(std::lround((static_cast<double>(verified_) + prior_.verified) / n));
+  const double t_round = 1.0 / sps_at(sps_, b) + (draft_s_ + prior_.draft_s) / n;
   return tokens / t_round > sps_at(sps_, 1);
 }
 
 bool DrafterGate::should_draft() {
-  if (sps_.empty() || rounds_ < kWarmup) return draft();
+  if (sps_.empty() || static_cast<double>(rounds_) + prior_.rounds < static_cast<double>(kWarmup)) return draft();
   if (pays()) {
+    if (period_ != kExploreMin && memory_) memory_->set_period(sampled_, kExploreMin);
     period_ = kExploreMin;
     return draft();
   }
   if (++since_ < period_) return false;
   period_ = std::min(2 * period_, kExploreMax);
+  if (memory_) memory_->set_period(sampled_, period_);
   return draft();
 }
 
@@ -38,6 +79,7 @@ void DrafterGate::record(int64_t verified, int64_t accepted, double draft_s) {
   verified_ += verified;
   accepted_ += accepted;
   draft_s_ += draft_s;
+  if (memory_) memory_->record(sampled_, verified, accepted, draft_s);
 }
 
 }  // namespace dspark

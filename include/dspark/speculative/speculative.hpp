@@ -19,9 +19,11 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "dspark/speculative/drafter.hpp"
+#include "dspark/speculative/drafter_gate.hpp"
 #include "dspark/speculative/generate.hpp"
 #include "dspark/speculative/lookup.hpp"
 
@@ -55,6 +57,10 @@ struct SpecOptions {
   LookupOptions lookup;
   /// Called for drafter rounds only (lookup rounds have no confidence head).
   RoundCallback on_round;
+  /// What the drafter-skip rule learned from earlier sequences
+  /// (drafter_gate.hpp); sessions given the same memory share it. Null:
+  /// every sequence starts afresh.
+  std::shared_ptr<DrafterGateMemory> gate_memory;
 };
 
 /// Speculative generation. Same contract and errors as generate_plain, plus
