@@ -153,6 +153,8 @@ Engine::Engine(TargetModel& target, const tok::Tokenizer& tokenizer, const Draft
   // Verify lengths are chosen across requests by the runner's policy.
   SpecOptions policy = opts_.spec;
   policy.sps = drafter_ || opts_.spec.lookup.enabled() ? opts_.sps : std::vector<double>{};
+  // Each session's drafter-skip rule prices rounds on the same curve.
+  opts_.spec.sps = policy.sps;
   if (!(opts_.prefill_slowdown >= 0))
     throw InvalidArgument("prefill slowdown must be >= 0, got " + std::to_string(opts_.prefill_slowdown));
   runner_ = std::make_unique<BatchRunner>(target_, drafter_, policy,
