@@ -140,7 +140,7 @@ class CalibrateCommand : public Command {
     LoadedModel m = LoadedModel::load(model_.model, model_.compute_mode());
     Drafter d = load_drafter(dir);
     check_drafter_matches(d.config(), m.target->info());
-    d.bind(*m.target);
+    d.bind(*m.target, m.target->info().compute == "quant");  // as generate and serve draft
     gamma = d.config().gamma;
 
     auto prompts = train::read_prompts_jsonl(prompts_);

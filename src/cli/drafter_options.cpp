@@ -104,7 +104,7 @@ std::unique_ptr<Drafter> DrafterOptions::load(const std::string& model_arg, cons
   resolved_dir_ = dir;
   auto d = std::make_unique<Drafter>(load_drafter(dir));
   check_drafter_matches(d->config(), target.info());
-  d->bind(target);
+  d->bind(target, target.info().compute == "quant");
   drafter_gamma_ = d->gamma();
   return d;
 }

@@ -3,7 +3,10 @@
 
 #include <ATen/Parallel.h>
 
+#include <c10/util/Half.h>
+
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "dspark/error.hpp"
@@ -69,6 +72,42 @@ Linear Linear::from_tensor(const at::Tensor& w) {
   p.rows = w.size(0);
   L.rows_ = w.size(0);
   L.cols_ = w.size(1);
+  L.parts_.push_back(std::move(p));
+  L.make_runs();
+  return L;
+}
+
+Linear Linear::from_tensor_q8_0(const at::Tensor& w) {
+  if (w.dim() != 2) throw InvalidArgument("Linear::from_tensor_q8_0: expected a matrix, got " + c10::str(w.sizes()));
+  const int64_t R = w.size(0), C = w.size(1);
+  if (C % 32 != 0)
+    throw InvalidArgument("Linear::from_tensor_q8_0: " + std::to_string(C) + " columns, expected a multiple of 32");
+  const at::Tensor f = w.to(at::kFloat).contiguous();
+  const float* src = f.data_ptr<float>();
+  constexpr int64_t kBlockBytes = 34;  // fp16 scale, 32 int8 codes
+  auto buf = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(R * (C / 32) * kBlockBytes));
+  uint8_t* out = buf->data();
+  for (int64_t b = 0; b < R * (C / 32); ++b, src += 32, out += kBlockBytes) {
+    float amax = 0.f;
+    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(src[i]));
+    const float d = amax / 127.f, id = d != 0.f ? 1.f / d : 0.f;
+    const uint16_t dh = c10::Half(d).x;
+    std::memcpy(out, &dh, 2);
+    for (int i = 0; i < 32; ++i) out[2 + i] = static_cast<uint8_t>(static_cast<int8_t>(std::lround(src[i] * id)));
+  }
+  QMatrix q;
+  q.type = io::GGMLType::Q8_0;
+  q.rows = R;
+  q.cols = C;
+  q.data = buf->data();
+  q.owner = std::shared_ptr<const void>(buf, buf->data());
+  q.pack_for_active_level();
+  Linear L;
+  Part p;
+  p.q = std::move(q);
+  p.rows = R;
+  L.rows_ = R;
+  L.cols_ = C;
   L.parts_.push_back(std::move(p));
   L.make_runs();
   return L;

@@ -147,7 +147,11 @@ Drafter::Drafter(DrafterConfig cfg, std::map<std::string, at::Tensor> params)
   }
 }
 
-void Drafter::bind(const TargetModel& target) {
+void Drafter::bind(const TargetModel& target, bool quantize) {
+  // Matrices whose rows are whole Q8_0 blocks go to the int8 kernels when asked.
+  auto make_linear = [quantize](const at::Tensor& w) {
+    return quantize && w.size(1) % 32 == 0 ? ops::Linear::from_tensor_q8_0(w) : ops::Linear::from_tensor(w);
+  };
   const auto& t = target.info();
   if (t.hidden != cfg_.hidden || t.vocab != cfg_.vocab) {
     throw InvalidArgument("drafter dims (hidden " + std::to_string(cfg_.hidden) + ", vocab " +
@@ -173,18 +177,18 @@ void Drafter::bind(const TargetModel& target) {
         // [V', r] -> fp32 [r, V']: rank-r output products as r row passes (ops::weighted_rows).
         infer_[name + ".t"] = (row_index.defined() ? p.index_select(0, row_index) : p).to(at::kFloat).t().contiguous();
       } else {
-        lin_[name] = ops::Linear::from_tensor(p);
+        lin_[name] = make_linear(p);
       }
     }
   }
   // Fused products: one pass over the block for q|k|v and gate|up, one over the context for k|v.
   for (int i = 0; i < cfg_.n_layers; ++i) {
-    lin_[L(i, "attn_qkv")] = ops::Linear::from_tensor(
+    lin_[L(i, "attn_qkv")] = make_linear(
         at::cat({params_.at(L(i, "attn_q.weight")), params_.at(L(i, "attn_k.weight")), params_.at(L(i, "attn_v.weight"))}));
     lin_[L(i, "attn_kv")] =
-        ops::Linear::from_tensor(at::cat({params_.at(L(i, "attn_k.weight")), params_.at(L(i, "attn_v.weight"))}));
+        make_linear(at::cat({params_.at(L(i, "attn_k.weight")), params_.at(L(i, "attn_v.weight"))}));
     lin_[L(i, "ffn_gate_up")] =
-        ops::Linear::from_tensor(at::cat({params_.at(L(i, "ffn_gate.weight")), params_.at(L(i, "ffn_up.weight"))}));
+        make_linear(at::cat({params_.at(L(i, "ffn_gate.weight")), params_.at(L(i, "ffn_up.weight"))}));
   }
   bound_ = true;
 }

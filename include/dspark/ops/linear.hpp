@@ -34,6 +34,11 @@ class Linear {
                      const std::vector<int64_t>& rows, int64_t cols, Compute compute);
   /// A bf16 layer over an existing [rows, cols] tensor (any float dtype).
   static Linear from_tensor(const at::Tensor& w);
+  /// A Q8_0 layer over an existing [rows, cols] tensor (cols % 32 == 0),
+  /// quantized as ggml does (per block of 32: d = max|w| / 127 stored as
+  /// fp16, codes round(w / d)), for the quantized kernels. Throws
+  /// InvalidArgument when cols is not a multiple of 32.
+  static Linear from_tensor_q8_0(const at::Tensor& w);
 
   int64_t rows() const { return rows_; }
   int64_t cols() const { return cols_; }

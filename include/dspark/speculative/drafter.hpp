@@ -89,9 +89,12 @@ class Drafter : public DraftModel {
   /// Binds the target whose embedding and LM head the drafter shares (read
   /// through TargetModel::embed and head_logits, so the family's embedding
   /// scale and logit softcap apply, on the target's quantized or bf16
-  /// weights) and prepares bf16 copies of the drafter's matrices. The target
-  /// must outlive the drafter's use. Throws InvalidArgument on a dim mismatch.
-  void bind(const TargetModel& target);
+  /// weights) and prepares the drafter's matrices for the kernels: bf16
+  /// copies, or with `quantize` Q8_0 ones (ops::Linear::from_tensor_q8_0;
+  /// half the bytes and the int8 kernels, what the CLI uses when the target
+  /// computes on quantized blocks). The target must outlive the drafter's
+  /// use. Throws InvalidArgument on a dim mismatch.
+  void bind(const TargetModel& target, bool quantize = false);
 
   int gamma() const override { return cfg_.gamma; }
   const std::vector<int>& tap_layers() const override { return cfg_.tap_layers; }
