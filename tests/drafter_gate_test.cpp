@@ -19,14 +19,19 @@ std::vector<double> linear_sps(int bmax) {
 }
 
 // Drives the gate for `rounds` rounds, recording `verified`/`accepted` and
-// `draft_s` for every drafting round; returns the indices that drafted.
+// `draft_s` for every drafting round (its verify untimed, so the curve
+// prices it) and a 10 ms plain step for every other; returns the indices
+// that drafted.
 std::vector<int> drive(DrafterGate& g, int rounds, int64_t verified, int64_t accepted, double draft_s) {
   std::vector<int> drafted;
-  for (int r = 0; r < rounds; ++r)
+  for (int r = 0; r < rounds; ++r) {
     if (g.should_draft()) {
       drafted.push_back(r);
       g.record(verified, accepted, draft_s);
+    } else {
+      g.record_plain(0.010);  // the curve's plain step
     }
+  }
   return drafted;
 }
 }  // namespace
@@ -70,7 +75,8 @@ TEST(DrafterGate, ADrafterThatNeverPaysExploresWithBackoff) {
 
 TEST(DrafterGate, ADrafterThatPaysAlwaysDraftsAndRecovers) {
   DrafterGate g(linear_sps(16));
-  EXPECT_EQ(drive(g, 100, 4, 3, 0.001).size(), 100u);
+  // Every round but the 4 skipped to time plain steps (rounds 19, 35, 51, 67).
+  EXPECT_EQ(drive(g, 100, 4, 3, 0.001).size(), 96u);
   // A bad stretch: rounds drafting 8 and accepting 0 pull the mean down
   // until it no longer pays; the gate then explores with a growing period.
   DrafterGate h(linear_sps(16));
@@ -121,7 +127,7 @@ TEST(DrafterGateMemory, ADrafterThatPaidDraftsFromTheFirstRoundAndOwnRoundsTakeO
 
 TEST(DrafterGateMemory, SumsDecayToTheRecentRounds) {
   dspark::DrafterGateMemory m;
-  for (int i = 0; i < 1000; ++i) m.record(false, 4, i < 900 ? 0 : 4, 0.002);
+  for (int i = 0; i < 1000; ++i) m.record(false, 4, i < 900 ? 0 : 4, 0.002, 0.01);
   const auto s = m.get(false);
   EXPECT_LE(s.rounds, dspark::DrafterGateMemory::kMemoryRounds);
   EXPECT_GT(s.rounds, dspark::DrafterGateMemory::kMemoryRounds / 2);
@@ -130,4 +136,47 @@ TEST(DrafterGateMemory, SumsDecayToTheRecentRounds) {
   EXPECT_GT(s.accepted, 3.5 * s.rounds);
   EXPECT_LT(s.accepted, 4.0 * s.rounds);
   EXPECT_EQ(m.get(true).rounds, 0);
+}
+
+// ---- measured round times ------------------------------------------------------------------
+
+TEST(DrafterGate, MeasuredTimesOverruleTheCurve) {
+  // The curve says a plain step is 10 ms and a verify of 5 tokens 18 ms: 4
+  // verified, 2 accepted, 1 ms drafting pays (3 tokens in 19 ms, 158 tok/s
+  // > 100). Measured on this machine the verify took 24 ms and a plain step
+  // 7 ms: 3 tokens in 25 ms = 120 tok/s < 143: it does not.
+  DrafterGate g(linear_sps(16));
+  for (int i = 0; i < 4; ++i) g.record(4, 2, 0.001, 0.024);
+  EXPECT_TRUE(g.pays());  // no plain step timed yet: the curve decides
+  for (int i = 0; i < 3; ++i) g.record_plain(0.007);
+  EXPECT_TRUE(g.pays());  // still fewer than kMinPlain
+  g.record_plain(0.007);
+  EXPECT_FALSE(g.pays());
+  // A plain step of 9 ms: 120 > 111 tok/s, it pays.
+  DrafterGate h(linear_sps(16));
+  for (int i = 0; i < 4; ++i) h.record(4, 2, 0.001, 0.024), h.record_plain(0.009);
+  EXPECT_TRUE(h.pays());
+}
+
+TEST(DrafterGate, APayingDrafterSkipsARoundNowAndThenToTimeAPlainStep) {
+  DrafterGate g(linear_sps(16));
+  std::vector<int> skipped;
+  for (int r = 0; r < 100; ++r) {
+    if (g.should_draft()) g.record(4, 3, 0.001, 0.012);
+    else skipped.push_back(r), g.record_plain(0.010);
+  }
+  // Rounds 0-3 warm up; from round 4 every 16th paying round is skipped
+  // until kMinPlain plain steps are timed; then the drafter always drafts.
+  EXPECT_EQ(skipped, (std::vector<int>{19, 35, 51, 67}));
+}
+
+TEST(DrafterGateMemory, PlainStepsCarryOverToTheNextSequence) {
+  auto memory = std::make_shared<dspark::DrafterGateMemory>();
+  DrafterGate first(linear_sps(16), memory);
+  for (int i = 0; i < 6; ++i) first.record(4, 2, 0.001, 0.024), first.record_plain(0.007);
+  EXPECT_FALSE(first.pays());
+  // A new sequence prices its first rounds on the memory's timings too.
+  DrafterGate second(linear_sps(16), memory);
+  EXPECT_FALSE(second.pays());
+  EXPECT_FALSE(second.should_draft());
 }

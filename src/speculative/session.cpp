@@ -297,7 +297,8 @@ void SpecSession::consume(const ForwardOut& out) {
     return;
   }
   const float* logits = out.logits.data_ptr<float>();
-  st.verify_s += seconds(s.t_call, Clock::now());
+  const double round_s = seconds(s.t_call, Clock::now());
+  st.verify_s += round_s;
   ++st.target_calls;
   const int ell = s.ell;
   int n_acc = 0;
@@ -330,9 +331,11 @@ void SpecSession::consume(const ForwardOut& out) {
       st.lookup_accepted += n_acc;
     } else if (!s.dr.tokens.empty()) {
       ++st.drafter_rounds;
-      s.gate.record(ell, n_acc, s.dr_s);
+      s.gate.record(ell, n_acc, s.dr_s, round_s);
       if (s.spec.on_round)
         for (int k = 0; k < ell; ++k) s.spec.on_round(k, s.dr.conf_logits[k], k < n_acc);
+    } else if (s.drafter) {
+      s.gate.record_plain(round_s);  // nothing drafted: a plain step's cost
     }
     // Roll back the rejected tail; the anchor and accepted drafts extend the
     // drafter's context.
