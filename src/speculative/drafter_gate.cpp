@@ -9,12 +9,17 @@
 namespace dspark {
 
 namespace {
-void halve_rounds(DrafterGateMemory::Stats& s) {
-  s.rounds *= 0.5;
-  s.verified *= 0.5;
-  s.accepted *= 0.5;
-  s.draft_s *= 0.5;
-  s.verify_s *= 0.5;
+// The drafter-round sums scaled by f (decay, or a prior's weight).
+void scale_rounds(DrafterGateMemory::Stats& s, double f) {
+  s.rounds *= f;
+  s.verified *= f;
+  s.accepted *= f;
+  s.draft_s *= f;
+  s.verify_s *= f;
+}
+void scale_plain(DrafterGateMemory::Stats& s, double f) {
+  s.plain *= f;
+  s.plain_s *= f;
 }
 }  // namespace
 
@@ -31,7 +36,7 @@ void DrafterGateMemory::record(bool sampled, int64_t verified, int64_t accepted,
   s.accepted += static_cast<double>(accepted);
   s.draft_s += draft_s;
   s.verify_s += verify_s;
-  if (s.rounds > kMemoryRounds) halve_rounds(s);
+  if (s.rounds > kMemoryRounds) scale_rounds(s, 0.5);
 }
 
 void DrafterGateMemory::record_plain(bool sampled, double seconds) {
@@ -39,10 +44,7 @@ void DrafterGateMemory::record_plain(bool sampled, double seconds) {
   Stats& s = s_[sampled ? 1 : 0];
   s.plain += 1;
   s.plain_s += seconds;
-  if (s.plain > kMemoryRounds) {
-    s.plain *= 0.5;
-    s.plain_s *= 0.5;
-  }
+  if (s.plain > kMemoryRounds) scale_plain(s, 0.5);
 }
 
 void DrafterGateMemory::set_period(bool sampled, int64_t period) {
@@ -54,18 +56,8 @@ DrafterGate::DrafterGate(std::vector<double> sps, std::shared_ptr<DrafterGateMem
     : sps_(std::move(sps)), memory_(std::move(memory)), sampled_(sampled) {
   if (!memory_) return;
   prior_ = memory_->get(sampled_);
-  if (prior_.rounds > kPriorRounds) {
-    const double f = kPriorRounds / prior_.rounds;
-    prior_.rounds = kPriorRounds;
-    prior_.verified *= f;
-    prior_.accepted *= f;
-    prior_.draft_s *= f;
-    prior_.verify_s *= f;
-  }
-  if (prior_.plain > kPriorRounds) {
-    prior_.plain_s *= kPriorRounds / prior_.plain;
-    prior_.plain = kPriorRounds;
-  }
+  if (prior_.rounds > kPriorRounds) scale_rounds(prior_, kPriorRounds / prior_.rounds);
+  if (prior_.plain > kPriorRounds) scale_plain(prior_, kPriorRounds / prior_.plain);
   if (prior_.period > 0) period_ = std::clamp(prior_.period, kExploreMin, kExploreMax);
 }
 
