@@ -3,6 +3,7 @@
 // (batched output equals single-request output, stop strings, cancellation,
 // shutdown); and the whole server driven by the official `openai` Python
 // client against the real SmolLM2 model (tests/serve/test_openai_client.py).
+#include <ATen/Parallel.h>
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -821,6 +822,27 @@ TEST_F(ServeEngine, CancelFreesTheSlot) {
   const std::string expected = text_of(ref.tokens);
   EXPECT_EQ(b->wait(), expected);
   EXPECT_EQ(b->outcome().completion_tokens, 5);
+}
+
+TEST_F(ServeEngine, EndsTheCreatingThreadsWorkers) {
+  // Two OpenMP teams on as many threads as cores made every step ~4x
+  // slower (ops/compute_threads.hpp): the engine's must be the only one.
+  auto os_threads = [] {
+    int n = 0;
+    for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/task")) ++n;
+    return n;
+  };
+  const int before = at::get_num_threads();
+  at::set_num_threads(3);
+  at::parallel_for(0, 64, 1, [](int64_t, int64_t) {});  // this thread's team: 2 workers
+  const int with_team = os_threads();
+  {
+    Engine engine(*model_->target, *model_->tokenizer, nullptr, EngineOptions{});
+    EXPECT_LE(os_threads(), with_team - 2 + 1);  // the workers ended; the engine thread started
+    auto r = engine.submit(prompt(1), greedy(3, false), {});
+    EXPECT_EQ(r->wait(), alone(prompt(1), 3).second);
+  }
+  at::set_num_threads(before);
 }
 
 TEST(TokenLogprobs, HandComputedDistribution) {

@@ -13,6 +13,7 @@
 #endif
 
 #include "dspark/error.hpp"
+#include "dspark/ops/compute_threads.hpp"
 #include "dspark/serve/stop_matcher.hpp"
 #include "dspark/speculative/runner.hpp"
 #include "dspark/speculative/session.hpp"
@@ -162,6 +163,9 @@ Engine::Engine(TargetModel& target, const tok::Tokenizer& tokenizer, const Draft
   if (opts_.max_queue < 0) throw InvalidArgument("max_queue must be >= 0, got " + std::to_string(opts_.max_queue));
   load_.parallel = opts_.parallel;
   load_.max_queue = opts_.max_queue;
+  // The engine thread is to be the only thread with OpenMP workers
+  // (ops/compute_threads.hpp: beside a second team a step took ~4x as long).
+  ops::release_worker_threads();
   thread_ = std::thread([this] { run(); });
 }
 

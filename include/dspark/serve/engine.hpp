@@ -142,8 +142,10 @@ struct EngineLoad {
 class Engine {
  public:
   /// Starts the engine thread. `target`, `tokenizer` and `drafter` (null:
-  /// plain decoding) must outlive the engine. Throws InvalidArgument when
-  /// opts.parallel < 1.
+  /// plain decoding) must outlive the engine. Ends the calling thread's
+  /// OpenMP workers (ops::release_worker_threads), so that the engine's
+  /// team is the only one while the calling thread does no more parallel
+  /// work. Throws InvalidArgument when opts.parallel < 1.
   Engine(TargetModel& target, const tok::Tokenizer& tokenizer, const DraftModel* drafter,
          EngineOptions opts);
   /// Calls shutdown().
