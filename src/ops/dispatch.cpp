@@ -32,10 +32,10 @@ const KernelTable kAvx2Kernels = {KernelLevel::Avx2, true, DSPARK_QTILES(avx2), 
 const KernelTable kAvx2VnniKernels = {KernelLevel::Avx2, true, DSPARK_QTILES(avx2vnni), avx2::quantize32,
                                       avx2::bf16_block, DSPARK_FLOAT_ENTRIES(avx2)};
 // AVX-512: its own quantized tiles (vpdpbusd on the packed tiles' 16 rows at
-// once) and bf16 products (one zmm per dot product); everything else runs
-// the AVX2 kernels, which every AVX-512 CPU has.
+// once), bf16 products and fp32 kernels (one zmm per 16-lane vector); the
+// activation quantization runs the AVX2 kernel, which every AVX-512 CPU has.
 const KernelTable kAvx512Kernels = {KernelLevel::Avx512, true, DSPARK_QTILES(avx512), avx2::quantize32,
-                                    avx512::bf16_block, DSPARK_FLOAT_ENTRIES(avx2)};
+                                    avx512::bf16_block, DSPARK_FLOAT_ENTRIES(avx512)};
 #endif
 #if defined(__aarch64__)
 const KernelTable kNeonKernels = {KernelLevel::Neon, true, DSPARK_QTILES(neon), neon::quantize32, neon::bf16_block,

@@ -80,6 +80,7 @@ namespace dspark::ops::avx2vnni {
 DSPARK_QTILE_KERNELS
 }  // namespace dspark::ops::avx2vnni
 namespace dspark::ops::avx512 {
+DSPARK_FLOAT_KERNELS
 DSPARK_QTILE_KERNELS
 void bf16_block(const uint16_t* x, int64_t N, const uint16_t* W, int rows, int64_t K, float* y, int64_t ldy,
                 const uint16_t* next);
