@@ -291,8 +291,8 @@ TEST(SpsProfile, ErrorsAndDefaultPath) {
             "model (run `dspark profile -m MODEL` for it)");
   EXPECT_EQ(sps_profile_mismatch(prof, "p.json", "m"), "");
   EXPECT_EQ(sps_profile_mismatch(prof, "p.json", ""), "");
-  const std::string p = default_profile_path("llama/Some Model:v1");
-  EXPECT_NE(p.find("/profiles/llama_Some_Model_v1.json"), std::string::npos) << p;
+  const std::string p = default_profile_path("llama/Some Model:v1", 2);
+  EXPECT_NE(p.find("/profiles/llama_Some_Model_v1_t2.json"), std::string::npos) << p;
 }
 
 TEST(SpsProfile, MonotoneKeepsTheFasterOfLaterPoints) {

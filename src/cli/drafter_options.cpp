@@ -8,6 +8,8 @@
 
 #include <unistd.h>
 
+#include <ATen/Parallel.h>
+
 #include "dspark/error.hpp"
 #include "dspark/speculative/checkpoint.hpp"
 #include "dspark/speculative/sps_profile.hpp"
@@ -115,7 +117,7 @@ void DrafterOptions::measure_profile(TargetModel& target) const {
   o.context = std::min<int64_t>(256, target.info().context - o.bmax - 1);
   if (o.context < 1) return;
   const bool tty = ::isatty(STDERR_FILENO) != 0;
-  measured_sps_ = current_sps_profile(target, default_profile_path(profile_key_), o, tty ? &std::cerr : nullptr);
+  measured_sps_ = current_sps_profile(target, default_profile_path(profile_key_, at::get_num_threads()), o, tty ? &std::cerr : nullptr);
 }
 
 SpecOptions DrafterOptions::spec(TargetModel* target) const {
@@ -140,15 +142,15 @@ SpecOptions DrafterOptions::spec(TargetModel* target) const {
     if (!have_profile && wants_profile && target != nullptr) {
       measure_profile(*target);
       have_profile = measured_sps_.has_value();
-    } else if (!have_profile && wants_profile && std::filesystem::exists(default_profile_path(profile_key_))) {
+    } else if (!have_profile && wants_profile && std::filesystem::exists(default_profile_path(profile_key_, at::get_num_threads()))) {
       // No target to measure on (dspark serve keeps its own curve current):
       // the saved profile decides the schedule.
       try {
-        measured_sps_ = load_sps_profile(default_profile_path(profile_key_)).sps;
+        measured_sps_ = load_sps_profile(default_profile_path(profile_key_, at::get_num_threads())).sps;
         make_sps_monotone(*measured_sps_);
         have_profile = true;
       } catch (const Error& e) {
-        std::cerr << "warning: ignoring the SPS profile " << default_profile_path(profile_key_) << ": " << e.what()
+        std::cerr << "warning: ignoring the SPS profile " << default_profile_path(profile_key_, at::get_num_threads()) << ": " << e.what()
                   << "\n";
       }
     }
@@ -161,7 +163,7 @@ SpecOptions DrafterOptions::spec(TargetModel* target) const {
     s.sps = *measured_sps_;
   } else if (schedule == "sps") {
     const std::string path = !profile.empty()         ? profile
-                             : !profile_key_.empty()  ? default_profile_path(profile_key_)
+                             : !profile_key_.empty()  ? default_profile_path(profile_key_, at::get_num_threads())
                                                       : throw InvalidArgument("--schedule sps: no model loaded");
     const SpsProfile prof = load_sps_profile(path);
     if (const std::string w = sps_profile_mismatch(prof, path, profile_key_); !w.empty())

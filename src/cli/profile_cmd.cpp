@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <iostream>
 
+#include <ATen/Parallel.h>
+
 #include "common.hpp"
 #include "dspark/model/target.hpp"
 #include "dspark/ops/kernel_level.hpp"
@@ -34,7 +36,7 @@ class ProfileCommand : public Command {
   int run() override {
     model_.apply_threads();
     auto target = load_target(model_.model, model_.compute_mode());
-    const std::string path = out_.empty() ? default_profile_path(sps_profile_key(target->info())) : out_;
+    const std::string path = out_.empty() ? default_profile_path(sps_profile_key(target->info()), at::get_num_threads()) : out_;
     prepare_output_file(path, "--out");
     std::printf("kernels %s, %d threads\n", ops::kernel_description().c_str(), model_.threads);
     std::printf("%6s %12s %12s\n", "B", "steps/s", "ms/step");

@@ -238,11 +238,11 @@ std::string sps_profile_key(const TargetInfo& t) {
   return t.id + "@" + t.compute + "@" + ops::to_string(ops::active_kernel_level());
 }
 
-std::string default_profile_path(const std::string& model_id) {
+std::string default_profile_path(const std::string& model_id, int threads) {
   std::string name = model_id.empty() ? "model" : model_id;
   for (char& c : name)
     if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-')) c = '_';
-  return (fs::path(dspark_home_dir()) / "profiles" / (name + ".json")).string();
+  return (fs::path(dspark_home_dir()) / "profiles" / (name + "_t" + std::to_string(threads) + ".json")).string();
 }
 
 void save_sps_profile(const std::string& path, const SpsProfile& p) {

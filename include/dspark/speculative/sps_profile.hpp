@@ -99,9 +99,10 @@ std::string sps_profile_key(const TargetInfo& t);
 /// $DSPARK_HOME (or ~/.cache/dspark when unset).
 std::string dspark_home_dir();
 
-/// $DSPARK_HOME/profiles/<id>.json, characters outside [A-Za-z0-9._-] of the
-/// model id replaced by '_'.
-std::string default_profile_path(const std::string& model_id);
+/// $DSPARK_HOME/profiles/<id>_t<threads>.json, characters outside
+/// [A-Za-z0-9._-] of the model id replaced by '_': one file per thread count,
+/// so that runs with different -t do not measure over each other's profile.
+std::string default_profile_path(const std::string& model_id, int threads);
 
 /// Writes the profile atomically, creating parent directories. Throws Error
 /// on I/O failure.
