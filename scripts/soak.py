@@ -23,7 +23,7 @@ Checks:
     alone, and every answer recorded for it must equal that one.
 Reports per phase: requests, errors, p50/p99 time to first token and
 per-token latency of streamed requests, aggregate tokens/s; and the server's
-RSS at the start, after the first phase (warm-up) and at the end. Exit
+RSS at the start, after each phase (the first is the warm-up) and at the end. Exit
 status 1 when a check fails. --json FILE writes the figures.
 
 The server is started on 127.0.0.1 (a free port) and stopped with SIGTERM:
@@ -269,6 +269,7 @@ class Phase:
         self.results = []  # (key, stream, Result)
         self.lock = threading.Lock()
         self.wall = 0.0
+        self.rss_mib = None  # the server's RSS at the end of the phase
 
 
 def run_phase(port, pool, phase, seconds, max_requests, logprobs, seed):
@@ -319,6 +320,7 @@ def summarize(phase):
         "completion_tokens": tokens,
         "aggregate_tok_s": tokens / phase.wall if phase.wall > 0 else 0.0,
         "wall_s": phase.wall,
+        "rss_mib": phase.rss_mib,
     }
 
 
@@ -363,14 +365,15 @@ def main():
         ph = Phase(n)
         run_phase(port, pool, ph, seconds, a.max_requests, logprobs, a.seed + i)
         phases.append(ph)
+        ph.rss_mib = rss_mib(pid)
         if i == 0:
-            rss["after_warmup"] = rss_mib(pid)
+            rss["after_warmup"] = ph.rss_mib
         s = summarize(ph)
         print("phase %d clients: %d requests (%d disconnects), %d errors, %d 5xx | TTFT p50 %s p99 %s | "
-              "per token p50 %s p99 %s | %.1f tok/s" % (n, s["requests"], s["disconnects"], s["errors"], s["http_5xx"],
-                                                       fmt(s["ttft_p50_s"], " s"), fmt(s["ttft_p99_s"], " s"),
-                                                       fmt(s["tpot_p50_s"], " s"), fmt(s["tpot_p99_s"], " s"),
-                                                       s["aggregate_tok_s"]), flush=True)
+              "per token p50 %s p99 %s | %.1f tok/s | RSS %s MiB" % (
+                  n, s["requests"], s["disconnects"], s["errors"], s["http_5xx"], fmt(s["ttft_p50_s"], " s"),
+                  fmt(s["ttft_p99_s"], " s"), fmt(s["tpot_p50_s"], " s"), fmt(s["tpot_p99_s"], " s"),
+                  s["aggregate_tok_s"], fmt(ph.rss_mib)), flush=True)
     rss["end"] = rss_mib(pid)
 
     failures = []
