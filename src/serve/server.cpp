@@ -467,7 +467,12 @@ struct Server::Impl {
         std::string text = wait_watching_client(req, *request, logprobs);
         const RequestOutcome& o = request->outcome();
         if (!answered(o)) {
+          // The client closed the connection: nobody reads this answer, and
+          // it is not the server's failure. 499 as nginx counts it, so that
+          // /metrics does not show it as unavailability (503).
+          const bool client_left = o.reason == FinishReason::Cancelled && request->cancel_requested();
           for (auto& r : requests) r->cancel();
+          if (client_left) return send_error(res, 499, "the client closed the connection", "client_closed_request");
           if (o.reason == FinishReason::Error) return send_error(res, 500, "generation failed: " + o.error, "server_error");
           return send_unavailable(res, o.error, o.reason == FinishReason::Deadline ? retry_after() : 1);
         }

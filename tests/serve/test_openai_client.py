@@ -867,8 +867,10 @@ def socket_reset_frees_slot(ctx):
 @check("disconnect")
 def non_streaming_client_that_leaves_frees_slot(ctx):
     # A non-streaming request whose client closes the connection while it
-    # is being decoded is cancelled: the slot frees long before 4000 tokens.
+    # is being decoded is cancelled: the slot frees long before 4000 tokens,
+    # and /metrics counts it as 499 (client closed), not as a 503.
     done0 = ctx.health()["completed"]
+    before = metrics(ctx)
     body = json.dumps({"prompt": COUNTING, "max_tokens": 4000, "temperature": 0}).encode()
     s = socket.create_connection((ctx.host, ctx.port), timeout=60 * SLOW)
     s.sendall(
@@ -886,6 +888,14 @@ def non_streaming_client_that_leaves_frees_slot(ctx):
     h = wait_idle(ctx)
     assert h["completed"] == done0 + 1, h
     assert time.time() - t0 < 10 * SLOW, time.time() - t0
+    end = time.time() + 10 * SLOW
+    while metric(metrics(ctx), "dspark_requests_total", route="/v1/completions", status="499") == metric(
+            before, "dspark_requests_total", route="/v1/completions", status="499"):
+        assert time.time() < end, "no 499 counted for the abandoned request"
+        time.sleep(0.05)
+    after = metrics(ctx)
+    assert metric(after, "dspark_requests_total", route="/v1/completions", status="503") == metric(
+        before, "dspark_requests_total", route="/v1/completions", status="503")
     quick_request_completes(ctx)
 
 
