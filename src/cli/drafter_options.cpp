@@ -111,13 +111,17 @@ std::unique_ptr<Drafter> DrafterOptions::load(const std::string& model_arg, cons
   return d;
 }
 
+std::string DrafterOptions::profile_path() const {
+  return default_profile_path(profile_key_, at::get_num_threads());
+}
+
 void DrafterOptions::measure_profile(TargetModel& target) const {
   SpsProfileOptions o;
   o.bmax = std::max({16, (gamma > 0 ? gamma : drafter_gamma_) + 1, lookup.enabled() ? lookup.max_draft + 1 : 0});
   o.context = std::min<int64_t>(256, target.info().context - o.bmax - 1);
   if (o.context < 1) return;
   const bool tty = ::isatty(STDERR_FILENO) != 0;
-  measured_sps_ = current_sps_profile(target, default_profile_path(profile_key_, at::get_num_threads()), o, tty ? &std::cerr : nullptr);
+  measured_sps_ = current_sps_profile(target, profile_path(), o, tty ? &std::cerr : nullptr);
 }
 
 SpecOptions DrafterOptions::spec(TargetModel* target) const {
@@ -142,15 +146,15 @@ SpecOptions DrafterOptions::spec(TargetModel* target) const {
     if (!have_profile && wants_profile && target != nullptr) {
       measure_profile(*target);
       have_profile = measured_sps_.has_value();
-    } else if (!have_profile && wants_profile && std::filesystem::exists(default_profile_path(profile_key_, at::get_num_threads()))) {
+    } else if (!have_profile && wants_profile && std::filesystem::exists(profile_path())) {
       // No target to measure on (dspark serve keeps its own curve current):
       // the saved profile decides the schedule.
       try {
-        measured_sps_ = load_sps_profile(default_profile_path(profile_key_, at::get_num_threads())).sps;
+        measured_sps_ = load_sps_profile(profile_path()).sps;
         make_sps_monotone(*measured_sps_);
         have_profile = true;
       } catch (const Error& e) {
-        std::cerr << "warning: ignoring the SPS profile " << default_profile_path(profile_key_, at::get_num_threads()) << ": " << e.what()
+        std::cerr << "warning: ignoring the SPS profile " << profile_path() << ": " << e.what()
                   << "\n";
       }
     }
@@ -163,7 +167,7 @@ SpecOptions DrafterOptions::spec(TargetModel* target) const {
     s.sps = *measured_sps_;
   } else if (schedule == "sps") {
     const std::string path = !profile.empty()         ? profile
-                             : !profile_key_.empty()  ? default_profile_path(profile_key_, at::get_num_threads())
+                             : !profile_key_.empty()  ? profile_path()
                                                       : throw InvalidArgument("--schedule sps: no model loaded");
     const SpsProfile prof = load_sps_profile(path);
     if (const std::string w = sps_profile_mismatch(prof, path, profile_key_); !w.empty())

@@ -60,6 +60,7 @@ struct DrafterOptions {
 
  private:
   void measure_profile(TargetModel& target) const;  // sets measured_sps_: the default profile, kept current
+  std::string profile_path() const;  // the default profile of profile_key_ at this thread count
 
   CLI::Option* thresholds_opt_ = nullptr;  // set by add(): tells "--thresholds ''" from no option
   CLI::Option* lookup_opt_ = nullptr;      // set by add(): whether --lookup-ngram was given

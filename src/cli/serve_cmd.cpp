@@ -224,8 +224,10 @@ class ServeCommand : public Command {
       return measure_sps(target, po).sps;
     }
     // As `generate` does: measured on first use, then kept current.
-    if (sps_ == "auto")
-      return current_sps_profile(target, default_profile_path(sps_profile_key(target.info()), at::get_num_threads()), po, &std::cerr);
+    if (sps_ == "auto") {
+      const std::string path = default_profile_path(sps_profile_key(target.info()), at::get_num_threads());
+      return current_sps_profile(target, path, po, &std::cerr);
+    }
     SpsProfile prof = load_sps_profile(sps_);
     if (const std::string w = sps_profile_mismatch(prof, sps_, sps_profile_key(target.info())); !w.empty())
       std::cerr << "warning: " << w << "\n";
