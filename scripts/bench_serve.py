@@ -5,7 +5,11 @@ Sends N requests (default 200) at concurrency C (default 8), each a chat
 request for a prompt of the dev set with max_tokens -n (default 64), and
 reports errors, aggregate completion tokens/s, the median per-request
 tokens/s (completion tokens / request latency) and the mean τ reported in the
-responses' "dspark" object.
+responses' "dspark" object. Prompts whose "kind" is "completion" (e.g.
+data/completion-prompts.jsonl, for a base model such as gemma3) go to
+/v1/completions as text to continue. With several configurations at
+temperature 0, it also counts the answers that differ from the first
+configuration's to the same request.
 
 Against a running server:
     python3 scripts/bench_serve.py --base-url http://127.0.0.1:8080
@@ -43,7 +47,8 @@ def load_prompts(path):
     with open(path, encoding="utf-8") as f:
         for line in f:
             if line.strip():
-                out.append(json.loads(line)["prompt"])
+                row = json.loads(line)
+                out.append((row["prompt"], row.get("kind") == "completion"))
     if not out:
         sys.exit("%s: no prompts" % path)
     return out
@@ -54,19 +59,27 @@ def run_load(base_url, prompts, n_requests, concurrency, max_tokens, temperature
 
     def one(i):
         t0 = time.perf_counter()
+        text, completion = prompts[i % len(prompts)]
         try:
-            r = client.chat.completions.create(
-                model=model,
-                messages=[{"role": "user", "content": prompts[i % len(prompts)]}],
-                max_tokens=max_tokens,
-                temperature=temperature,
-                seed=i,
-            )
+            if completion:
+                r = client.completions.create(
+                    model=model, prompt=text, max_tokens=max_tokens, temperature=temperature, seed=i
+                )
+                answer = r.choices[0].text
+            else:
+                r = client.chat.completions.create(
+                    model=model,
+                    messages=[{"role": "user", "content": text}],
+                    max_tokens=max_tokens,
+                    temperature=temperature,
+                    seed=i,
+                )
+                answer = r.choices[0].message.content
         except Exception as e:  # counted as an error
             return {"error": repr(e)}
         dt = time.perf_counter() - t0
         stats = r.to_dict().get("dspark", {})
-        return {"tokens": r.usage.completion_tokens, "latency": dt, "tau": stats.get("tau", 0.0)}
+        return {"tokens": r.usage.completion_tokens, "latency": dt, "tau": stats.get("tau", 0.0), "answer": answer}
 
     t0 = time.perf_counter()
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
@@ -88,6 +101,7 @@ def run_load(base_url, prompts, n_requests, concurrency, max_tokens, temperature
         "median_request_tok_s": statistics.median(per_req) if per_req else 0.0,
         "median_latency_s": statistics.median([r["latency"] for r in ok]) if ok else 0.0,
         "mean_tau": statistics.mean([r["tau"] for r in ok]) if ok else 0.0,
+        "answers": [r.get("answer") for r in results],
     }
 
 
@@ -197,6 +211,12 @@ def main():
             finally:
                 server.stop()
             report(name, results[name])
+    names = list(results)
+    if a.temperature == 0 and len(names) > 1:
+        first = results[names[0]]["answers"]
+        for name in names[1:]:
+            differ = sum(1 for x, y in zip(first, results[name]["answers"]) if x is not None and y is not None and x != y)
+            print("%s: %d of %d answers differ from %s's" % (name, differ, len(first), names[0]), flush=True)
     if a.json:
         print(json.dumps(results, indent=2))
     return 1 if any(r["errors"] for r in results.values()) else 0

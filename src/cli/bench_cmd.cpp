@@ -190,10 +190,12 @@ class BenchCommand : public Command {
  private:
   static void print_table(const nlohmann::json& agg, const nlohmann::json& rows, bool spec) {
     std::printf("kernels %s, %d threads\n", agg["kernels"].get<std::string>().c_str(), agg["threads"].get<int>());
+    int w = 10;  // the id column: as wide as the longest prompt id
+    for (const auto& r : rows) w = std::max(w, static_cast<int>(r["id"].get<std::string>().size()));
     if (spec) {
-      std::printf("%-10s %6s %10s %10s %8s %9s\n", "prompt", "tau", "plain t/s", "spec t/s", "speedup", "lossless");
+      std::printf("%-*s %6s %10s %10s %8s %9s\n", w, "prompt", "tau", "plain t/s", "spec t/s", "speedup", "lossless");
       for (const auto& r : rows) {
-        std::printf("%-10s %6.2f %10.1f %10.1f %7.2fx %9s\n", r["id"].get<std::string>().c_str(),
+        std::printf("%-*s %6.2f %10.1f %10.1f %7.2fx %9s\n", w, r["id"].get<std::string>().c_str(),
                     r["tau"].get<double>(), r["plain_tok_s"].get<double>(), r["spec_tok_s"].get<double>(),
                     r["speedup"].get<double>(), r["lossless"].is_null() ? "-" : r["lossless"].get<bool>() ? "yes" : "NO");
       }
@@ -212,9 +214,9 @@ class BenchCommand : public Command {
                     lk["rounds"].get<long long>(), agg["rounds"].get<long long>(), accepted, drafted);
       }
     } else {
-      std::printf("%-10s %8s %12s %12s\n", "prompt", "tokens", "decode t/s", "prefill t/s");
+      std::printf("%-*s %8s %12s %12s\n", w, "prompt", "tokens", "decode t/s", "prefill t/s");
       for (const auto& r : rows)
-        std::printf("%-10s %8lld %12.1f %12.1f\n", r["id"].get<std::string>().c_str(),
+        std::printf("%-*s %8lld %12.1f %12.1f\n", w, r["id"].get<std::string>().c_str(),
                     r["plain_tokens"].get<long long>(), r["plain_tok_s"].get<double>(), r["prefill_tok_s"].get<double>());
       std::printf("\naggregate (plain decoding, no drafter): decode %.1f tok/s | prefill %.1f tok/s\n",
                   agg["plain_tok_s"].get<double>(), agg["prefill_tok_s"].get<double>());

@@ -254,3 +254,21 @@ def test_generation_cut_inside_a_character_drops_it(plain_model):
     pieces = [c["choices"][0]["delta"].get("content", "")
               for c in plain_model.create_chat_completion(q, max_tokens=3, temperature=0, stream=True)]
     assert "".join(pieces) == "こ", pieces
+
+
+def test_gemma3_drafts_with_its_shipped_drafter():
+    # "gemma3" finds drafters/gemma3 as the CLI does, drafts with it and prompt
+    # lookup, and gives plain decoding's text (a base model: completions).
+    import dspark
+
+    prompt = "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n"
+    with dspark.Model("gemma3", threads=2) as spec, dspark.Model("gemma3", drafter=None, threads=2) as plain:
+        assert spec.drafter is not None and spec.drafter.rstrip("/").endswith("drafters/gemma3"), spec.drafter
+        assert plain.drafter is None
+        got = spec.generate(prompt, max_tokens=64, temperature=0)
+        want = plain.generate(prompt, max_tokens=64, temperature=0)
+        assert text_of(got) == text_of(want)
+        stats = got["dspark"]
+        assert stats["speculative"] is True
+        assert stats["accepted"] + stats["lookup_accepted"] > 0, stats
+        assert stats["target_calls"] < 64, stats
