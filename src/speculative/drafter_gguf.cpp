@@ -138,6 +138,10 @@ InteropNotes export_gguf(const Drafter& d, const TargetInfo& t, const std::strin
                     " tokens written as d2t; markov_w2's other rows kept in " + kOutsideRows);
   }
 
+  if (t.arch == "gemma3")
+    notes.push_back("llama.cpp (build de3ff81) runs no drafter on a gemma3 target: its gemma3 graph does not expose "
+                    "the layer inputs a drafter taps (llama-speculative-simple aborts with 'layer input tensor is "
+                    "null'); the file is complete and imports back with dspark import");
   w.set("dspark.format_version", g::u32(1));
   w.set("dspark.target_id", g::string(c.target_id));
   w.set("dspark.seq_head", g::string(to_string(c.seq_head)));
