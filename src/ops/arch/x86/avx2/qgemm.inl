@@ -227,7 +227,7 @@ void tile_rows(const detail::QTile& t, const XPair* const* x, int64_t N, int64_t
 // memory per unit would be the critical path (N = 1) or costs more than
 // unpacking the codes for the block alone (N = 2..4; on Zen 4 at this level,
 // one thread, SmolLM2's 1536x576 Q4_1 ffn_up: 0.034 -> 0.026 ms for two rows,
-// 0.051 -> 0.044 for four; Gemma 3's 640x2048 ffn_down 0.074 -> 0.066 and
+// 0.051 -> 0.044 for four; Gemma 3's 640x2048 Q6_K ffn_down 0.074 -> 0.066 and
 // 0.110 -> 0.099; register blocks of five and more rows gained nothing or
 // lost there).
 constexpr int kMaxBlock = 4;
