@@ -369,11 +369,23 @@ TEST(SpsProfile, DefaultProfileIsMeasuredKeptAndRemeasuredWhenTooSlow) {
   save_sps_profile(path, other);
   log.str("");
   current_sps_profile(t, path, o, &log);
-  EXPECT_NE(log.str().find("another model"), std::string::npos) << log.str();
+  EXPECT_NE(log.str().find("is for another/model@quant@avx2, not " + sps_profile_key(t.info())), std::string::npos)
+      << log.str();
   EXPECT_EQ(load_sps_profile(path).model, sps_profile_key(t.info()));
-  o.bmax = 6;
-  EXPECT_EQ(current_sps_profile(t, path, o, nullptr).size(), 6u);
-  EXPECT_EQ(load_sps_profile(path).sps.size(), 6u);
+  o.bmax = 12;
+  log.str("");
+  EXPECT_EQ(current_sps_profile(t, path, o, &log).size(), 12u);
+  EXPECT_NE(log.str().find("covers blocks of up to 4 tokens; this run verifies up to 12"), std::string::npos)
+      << log.str();
+  EXPECT_EQ(load_sps_profile(path).sps.size(), 12u);
+  SpsProfile threads = load_sps_profile(path);
+  threads.threads += 1;
+  save_sps_profile(path, threads);
+  log.str("");
+  current_sps_profile(t, path, o, &log);
+  EXPECT_NE(log.str().find("was measured with " + std::to_string(threads.threads) + " threads, not "),
+            std::string::npos)
+      << log.str();
 }
 
 // ---- lossless generation under every schedule ------------------------------------------

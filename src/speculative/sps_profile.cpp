@@ -144,7 +144,7 @@ bool sps_profile_too_slow(TargetModel& target, const SpsProfile& p, int b_probe,
 
 std::vector<double> current_sps_profile(TargetModel& target, const std::string& path, const SpsProfileOptions& o,
                                         std::ostream* log) {
-  const auto remeasure = [&](const char* why, const SpsProfile* old) {
+  const auto remeasure = [&](const std::string& why, const SpsProfile* old) {
     if (log) *log << why << ": measuring verify costs for B = 1.." << o.bmax << " ..." << std::endl;
     SpsProfile p = measure_sps(target, o);
     // Both are upper bounds of the cost on a quiet machine: keep the faster.
@@ -187,9 +187,19 @@ std::vector<double> current_sps_profile(TargetModel& target, const std::string& 
     std::cerr << "warning: ignoring the SPS profile " << path << ": " << e.what() << "\n";
     return remeasure("the SPS profile could not be read", nullptr);
   }
-  const bool fits = old.model == sps_profile_key(target.info()) && old.threads == at::get_num_threads() &&
-                    static_cast<int>(old.sps.size()) >= o.bmax;
-  if (!fits) return remeasure("the SPS profile was measured for another model, thread count or block size", nullptr);
+  // Say which of the three differs: a longer curve than a short run left
+  // (`serve` needs up to parallel·(γ + 1) tokens) is the common case.
+  const std::string key = sps_profile_key(target.info());
+  if (old.model != key)
+    return remeasure("the SPS profile " + path + " is for " + old.model + ", not " + key, nullptr);
+  if (old.threads != at::get_num_threads())
+    return remeasure("the SPS profile " + path + " was measured with " + std::to_string(old.threads) +
+                         " threads, not " + std::to_string(at::get_num_threads()),
+                     nullptr);
+  if (static_cast<int>(old.sps.size()) < o.bmax)
+    return remeasure("the SPS profile " + path + " covers blocks of up to " + std::to_string(old.sps.size()) +
+                         " tokens; this run verifies up to " + std::to_string(o.bmax),
+                     nullptr);
   if (sps_profile_too_slow(target, old, std::min(o.bmax, 8))) return remeasure("this machine now verifies faster than its SPS profile says", &old);
   make_sps_monotone(old.sps);
   return old.sps;
