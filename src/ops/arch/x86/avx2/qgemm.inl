@@ -170,54 +170,67 @@ inline void fold(const Unit& w, const XPair& a, int u, __m256& acc, __m256& accm
   if constexpr (ti.float_min) accm = _mm256_add_ps(accm, _mm256_mul_ps(w.mw, _mm256_set1_ps(a.sdx[u])));
 }
 
+// Walks rows 8h..8h+7 of the tile unit by unit: f(unit, pair, unit index)
+// for every fold unit, in the one order all paths share; half 0 streams the
+// tile in (prefetch).
+template <QType T, typename F>
+__attribute__((always_inline)) inline void for_each_unit(const detail::QTile& t, int64_t n_blocks32, int h, F&& f) {
+  constexpr int U = detail::units_of(kQTypeInfo[T].layout);
+  constexpr bool kK = T == detail::kQ4_K || T == detail::kQ6_K;
+  constexpr int pairs_per_chunk = kK ? 4 : 1;
+  const int64_t n_pairs = (n_blocks32 + 1) / 2, chunks = n_pairs / pairs_per_chunk;
+  const bool odd = n_blocks32 % 2 != 0;
+  const int64_t cb = detail::chunk_bytes(T), ahead = (kAheadBytes + cb - 1) / cb * cb;
+  for (int64_t c = 0; c < chunks; ++c) {
+    const uint8_t* ch = t.packed + c * cb;
+    if (h == 0)
+      for (int64_t b = 0; b < cb; b += 64) _mm_prefetch(reinterpret_cast<const char*>(ch + ahead + b), _MM_HINT_T0);
+    for (int j = 0; j < pairs_per_chunk; ++j) {
+      const int64_t p = c * pairs_per_chunk + j;
+      const int units = odd && p == n_pairs - 1 ? U / 2 : U;
+      for (int u = 0; u < units; ++u) {
+        Unit w;
+        load_unit<T>(ch, j, u, h, w);
+        f(w, p, u);
+      }
+    }
+  }
+}
+
+// Stores one activation row's sums for rows 8h..8h+7 of the tile (fewer at
+// its end) to yr[0..].
+inline void store_half(const detail::QTile& t, int h, __m256 s, float* yr) {
+  const int rows = t.rows - 8 * h < 8 ? t.rows - 8 * h : 8;
+  if (rows == 8) {
+    _mm256_storeu_ps(yr, s);
+  } else {
+    alignas(32) float o[8];
+    _mm256_store_ps(o, s);
+    for (int r = 0; r < rows; ++r) yr[r] = o[r];
+  }
+}
+
 // The tile for N activation rows (N > kMaxBlock), each row's accumulators
 // in `scratch` between units: the unit's codes are unpacked once for all N
 // rows, and the rows' independent chains overlap.
 template <QType T>
 void tile_rows(const detail::QTile& t, const XPair* const* x, int64_t N, int64_t n_blocks32, float* y, int64_t ldy,
                float* scratch) {
-  constexpr auto ti = kQTypeInfo[T];
-  constexpr int U = detail::units_of(ti.layout);
-  constexpr bool kK = T == detail::kQ4_K || T == detail::kQ6_K;
-  constexpr int pairs_per_chunk = kK ? 4 : 1;
-  const int64_t n_pairs = (n_blocks32 + 1) / 2, chunks = n_pairs / pairs_per_chunk;
-  const bool odd = n_blocks32 % 2 != 0;
-  const int64_t cb = detail::chunk_bytes(T), ahead = (kAheadBytes + cb - 1) / cb * cb;
+  constexpr bool kMin = kQTypeInfo[T].float_min;
   for (int h = 0; h < (t.rows > 8 ? 2 : 1); ++h) {
     for (int64_t i = 0; i < 16 * N; i += 8) _mm256_store_ps(scratch + i, _mm256_setzero_ps());
-    for (int64_t c = 0; c < chunks; ++c) {
-      const uint8_t* ch = t.packed + c * cb;
-      if (h == 0)
-        for (int64_t b = 0; b < cb; b += 64) _mm_prefetch(reinterpret_cast<const char*>(ch + ahead + b), _MM_HINT_T0);
-      for (int j = 0; j < pairs_per_chunk; ++j) {
-        const int64_t p = c * pairs_per_chunk + j;
-        const int units = odd && p == n_pairs - 1 ? U / 2 : U;
-        for (int u = 0; u < units; ++u) {
-          Unit w;
-          load_unit<T>(ch, j, u, h, w);
-          for (int64_t n = 0; n < N; ++n) {
-            float* acc = scratch + 16 * n;
-            __m256 a0 = _mm256_load_ps(acc), am = _mm256_load_ps(acc + 8);
-            fold<T>(w, x[n][p], u, a0, am);
-            _mm256_store_ps(acc, a0);
-            if constexpr (ti.float_min) _mm256_store_ps(acc + 8, am);
-          }
-        }
+    for_each_unit<T>(t, n_blocks32, h, [&](const Unit& w, int64_t p, int u) {
+      for (int64_t n = 0; n < N; ++n) {
+        float* acc = scratch + 16 * n;
+        __m256 a0 = _mm256_load_ps(acc), am = _mm256_load_ps(acc + 8);
+        fold<T>(w, x[n][p], u, a0, am);
+        _mm256_store_ps(acc, a0);
+        if constexpr (kMin) _mm256_store_ps(acc + 8, am);
       }
-    }
-    const int rows = t.rows - 8 * h < 8 ? t.rows - 8 * h : 8;
+    });
     for (int64_t n = 0; n < N; ++n) {
       const __m256 a0 = _mm256_load_ps(scratch + 16 * n);
-      const __m256 am = _mm256_load_ps(scratch + 16 * n + 8);
-      const __m256 s = ti.float_min ? _mm256_add_ps(a0, am) : a0;
-      float* yr = y + n * ldy + 8 * h;
-      if (rows == 8) {
-        _mm256_storeu_ps(yr, s);
-      } else {
-        alignas(32) float o[8];
-        _mm256_store_ps(o, s);
-        for (int r = 0; r < rows; ++r) yr[r] = o[r];
-      }
+      store_half(t, h, kMin ? _mm256_add_ps(a0, _mm256_load_ps(scratch + 16 * n + 8)) : a0, y + n * ldy + 8 * h);
     }
   }
 }
@@ -234,41 +247,13 @@ constexpr int kMaxBlock = 4;
 
 template <QType T, int kR>
 void rows_block(const detail::QTile& t, const XPair* const* x, int64_t n_blocks32, float* y, int64_t ldy, int h) {
-  constexpr auto ti = kQTypeInfo[T];
-  constexpr int U = detail::units_of(ti.layout);
-  constexpr bool kK = T == detail::kQ4_K || T == detail::kQ6_K;
-  constexpr int pairs_per_chunk = kK ? 4 : 1;
-  const int64_t n_pairs = (n_blocks32 + 1) / 2, chunks = n_pairs / pairs_per_chunk;
-  const bool odd = n_blocks32 % 2 != 0;
-  const int64_t cb = detail::chunk_bytes(T), ahead = (kAheadBytes + cb - 1) / cb * cb;
+  constexpr bool kMin = kQTypeInfo[T].float_min;
   __m256 acc[kR], accm[kR];
   for (int r = 0; r < kR; ++r) acc[r] = accm[r] = _mm256_setzero_ps();
-  for (int64_t c = 0; c < chunks; ++c) {
-    const uint8_t* ch = t.packed + c * cb;
-    if (h == 0)
-      for (int64_t b = 0; b < cb; b += 64) _mm_prefetch(reinterpret_cast<const char*>(ch + ahead + b), _MM_HINT_T0);
-    for (int j = 0; j < pairs_per_chunk; ++j) {
-      const int64_t p = c * pairs_per_chunk + j;
-      const int units = odd && p == n_pairs - 1 ? U / 2 : U;
-      for (int u = 0; u < units; ++u) {
-        Unit w;
-        load_unit<T>(ch, j, u, h, w);
-        for (int r = 0; r < kR; ++r) fold<T>(w, x[r][p], u, acc[r], accm[r]);
-      }
-    }
-  }
-  const int rows = t.rows - 8 * h < 8 ? t.rows - 8 * h : 8;
-  for (int r = 0; r < kR; ++r) {
-    const __m256 s = ti.float_min ? _mm256_add_ps(acc[r], accm[r]) : acc[r];
-    float* yr = y + r * ldy + 8 * h;
-    if (rows == 8) {
-      _mm256_storeu_ps(yr, s);
-    } else {
-      alignas(32) float o[8];
-      _mm256_store_ps(o, s);
-      for (int i = 0; i < rows; ++i) yr[i] = o[i];
-    }
-  }
+  for_each_unit<T>(t, n_blocks32, h, [&](const Unit& w, int64_t p, int u) {
+    for (int r = 0; r < kR; ++r) fold<T>(w, x[r][p], u, acc[r], accm[r]);
+  });
+  for (int r = 0; r < kR; ++r) store_half(t, h, kMin ? _mm256_add_ps(acc[r], accm[r]) : acc[r], y + r * ldy + 8 * h);
 }
 
 // Every lane sees the same operations in the same order on either path.
