@@ -149,7 +149,10 @@ inline void fold(const Unit& w, const XPair& a, int u, __m512& acc, __m512& accm
   if constexpr (ti.float_min) accm = _mm512_add_ps(accm, _mm512_mul_ps(w.mw, _mm512_set1_ps(a.sdx[u])));
 }
 
-// Bytes of weights prefetched ahead of the chunk computed.
+// Bytes of weights prefetched ahead of the chunk computed, into L2 (T2) and
+// not L1, where the tile being computed and the activation rows stay: on Zen 4
+// with T0, the whole Gemma 3 270M verify of 8 tokens took 19.9 ms against
+// 13.9-14.9 ms with T2 (one token 9.0-9.8 ms either way).
 constexpr int64_t kAheadBytes = 6144;
 
 // The tile for kR activation rows (x[0..kR-1]), their accumulators in
@@ -169,7 +172,7 @@ void rows_block(const detail::QTile& t, const XPair* const* x, int64_t n_blocks3
   for (int64_t c = 0; c < chunks; ++c) {
     const uint8_t* ch = t.packed + c * cb;
     if (prefetch)
-      for (int64_t b = 0; b < cb; b += 64) _mm_prefetch(reinterpret_cast<const char*>(ch + ahead + b), _MM_HINT_T0);
+      for (int64_t b = 0; b < cb; b += 64) _mm_prefetch(reinterpret_cast<const char*>(ch + ahead + b), _MM_HINT_T2);
     for (int j = 0; j < pairs_per_chunk; ++j) {
       const int64_t p = c * pairs_per_chunk + j;
       const int units = odd && p == n_pairs - 1 ? U / 2 : U;
