@@ -42,6 +42,13 @@ inline bool full_mode() {
   return v != nullptr && *v != '\0' && std::string(v) != "0";
 }
 
+/// True in a per-kernel-level run (CMakeLists.txt's kernel_level.* tests set
+/// DSPARK_LEVEL_RUN): the whole suite again on a lower, often scalar, level.
+inline bool level_run() {
+  const char* v = std::getenv("DSPARK_LEVEL_RUN");
+  return v != nullptr && *v != '\0' && std::string(v) != "0";
+}
+
 inline const std::vector<SeqHead>& all_heads() {
   static const std::vector<SeqHead> h = {SeqHead::None, SeqHead::Markov, SeqHead::Gated,
                                          SeqHead::Rnn, SeqHead::Elman};
