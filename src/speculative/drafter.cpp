@@ -174,8 +174,11 @@ void Drafter::bind(const TargetModel& target, bool quantize) {
     } else {
       const bool output_rows = name == "markov_w2.weight" || name == "elman.wo";
       if (output_rows) {
-        // [V', r] -> fp32 [r, V']: rank-r output products as r row passes (ops::weighted_rows).
-        infer_[name + ".t"] = (row_index.defined() ? p.index_select(0, row_index) : p).to(at::kFloat).t().contiguous();
+        // [V', r] -> fp32 [C, r, kRankChunk]: rank-r output products as r row
+        // passes (ops::weighted_rows) over column chunks that stay in L1.
+        const at::Tensor wt = (row_index.defined() ? p.index_select(0, row_index) : p).to(at::kFloat).t();
+        const int64_t r = wt.size(0), V = wt.size(1), C = (V + kRankChunk - 1) / kRankChunk;
+        infer_[name + ".t"] = at::constant_pad_nd(wt, {0, C * kRankChunk - V}).view({r, C, kRankChunk}).permute({1, 0, 2}).contiguous();
       } else {
         lin_[name] = make_linear(p);
       }

@@ -13,6 +13,8 @@
 // With a draft vocabulary, LMHead and the rows of B are restricted to it.
 #include <cmath>
 
+#include <ATen/Parallel.h>
+
 #include "dspark/error.hpp"
 #include "dspark/ops/kernels.hpp"
 #include "dspark/speculative/drafter.hpp"
@@ -30,11 +32,17 @@ std::vector<float> matvec(const ops::Linear& W, const std::vector<float>& x) {
 
 float sigmoid(float v) { return 1.f / (1.f + std::exp(-v)); }
 
-// B[V] = W [V, r] · x[r] from W's fp32 transpose [r, V] (one pass over V per
-// rank component: r is small, V the draft vocabulary).
-std::vector<float> rank_product(const at::Tensor& Wt, const std::vector<float>& x) {
-  std::vector<float> y(static_cast<size_t>(Wt.size(1)), 0.f);
-  ops::weighted_rows(x.data(), Wt.data_ptr<float>(), Wt.size(0), Wt.size(1), y.data());
+// B[V] = W [V, r] · x[r] from W's fp32 transpose cut into column chunks,
+// Wc [C, r, kRankChunk] (Drafter::bind; zero-padded past V): one pass over
+// each chunk per rank component, the chunks split across threads. Each B[v]
+// is the same sequence of operations however V is cut (ops::weighted_rows).
+std::vector<float> rank_product(const at::Tensor& Wc, const std::vector<float>& x) {
+  const int64_t C = Wc.size(0), r = Wc.size(1), D = Wc.size(2);
+  std::vector<float> y(static_cast<size_t>(C * D), 0.f);
+  const float* w = Wc.data_ptr<float>();
+  at::parallel_for(0, C, 1, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) ops::weighted_rows(x.data(), w + c * r * D, r, D, y.data() + c * D);
+  });
   return y;
 }
 

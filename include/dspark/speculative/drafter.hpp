@@ -122,7 +122,9 @@ class Drafter : public DraftModel {
   const ops::Linear& lin(const std::string& name) const;  // matrices (bf16), fused ones too
   DrafterConfig cfg_;
   std::map<std::string, at::Tensor> params_;
-  std::map<std::string, at::Tensor> infer_;   // vectors, the Markov embedding and fp32 [r, V] output factors ("NAME.t") after bind()
+  /// Columns per chunk of the rank-r output factors ("NAME.t", [C, r, kRankChunk]).
+  static constexpr int64_t kRankChunk = 1024;
+  std::map<std::string, at::Tensor> infer_;   // vectors, the Markov embedding and fp32 [C, r, kRankChunk] output factors ("NAME.t") after bind()
   std::map<std::string, ops::Linear> lin_;    // matrices after bind()
   const TargetModel* target_ = nullptr;       // embedding and LM head (bind())
   ops::Linear head_;                          // the target's LM head rows: all, or the draft vocabulary
