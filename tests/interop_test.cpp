@@ -433,6 +433,8 @@ void expect_shipped_round_trip(const std::string& dir, LoadedModel& m, const std
                                const std::string& mask_row_note) {
   const Drafter d = load_drafter(dir);
   ASSERT_FALSE(d.config().draft_vocab.empty());
+  // The calibration record travels too (expect_same_config compares it).
+  ASSERT_NE(d.config().sts_report.find("\"auroc\""), std::string::npos) << d.config().sts_report;
   ASSERT_LT(d.config().mask_token_id, 0);
   for (DrafterFormat f : {DrafterFormat::GGUF, DrafterFormat::HF}) {
     test::TempDir tmp;

@@ -56,6 +56,13 @@ void DrafterConfig::validate() const {
 }
 
 
+std::string sts_report_of(const nlohmann::json& sts) {
+  nlohmann::json report = nlohmann::json::object();
+  for (const auto& [k, v] : sts.items())
+    if (k != "thresholds" && k != "temperatures") report[k] = v;
+  return report.empty() ? std::string() : report.dump();
+}
+
 nlohmann::json config_to_json(const DrafterConfig& c) {
   nlohmann::json cfg = {
       {"gamma", c.gamma},           {"d_draft", c.hidden},
@@ -67,6 +74,10 @@ nlohmann::json config_to_json(const DrafterConfig& c) {
   };
   if (!c.sts_thresholds.empty()) cfg["sts"]["thresholds"] = c.sts_thresholds;
   if (!c.sts_temperatures.empty()) cfg["sts"]["temperatures"] = c.sts_temperatures;
+  if (!c.sts_report.empty()) {
+    const nlohmann::json report = nlohmann::json::parse(c.sts_report);
+    for (const auto& [k, v] : report.items()) cfg["sts"][k] = v;
+  }
   if (!c.draft_vocab.empty()) cfg["draft_vocab"] = c.draft_vocab;
   return cfg;
 }
@@ -106,6 +117,7 @@ DrafterConfig config_from_json(const nlohmann::json& j, const std::string& where
       if (!(t > 0) || !std::isfinite(t))
         throw FormatError(cw + " sts: temperatures must be positive and finite");
   }
+  if (cfg.contains("sts") && cfg.at("sts").is_object()) c.sts_report = sts_report_of(cfg.at("sts"));
   if (cfg.contains("draft_vocab")) c.draft_vocab = json_get<std::vector<TokenId>>(cfg, "draft_vocab", cw);
   const std::string dw = where + " dims";
   c.hidden = json_get<int64_t>(dims, "hidden_size", dw);

@@ -147,6 +147,7 @@ InteropNotes export_gguf(const Drafter& d, const TargetInfo& t, const std::strin
   w.set("dspark.seq_head", g::string(to_string(c.seq_head)));
   if (!c.sts_thresholds.empty()) w.set("dspark.sts.thresholds", g::f64_array(c.sts_thresholds));
   if (!c.sts_temperatures.empty()) w.set("dspark.sts.temperatures", g::f64_array(c.sts_temperatures));
+  if (!c.sts_report.empty()) w.set("dspark.sts.report", g::string(c.sts_report));
   w.write(path);
   return notes;
 }
@@ -244,6 +245,13 @@ Drafter import_gguf(const std::string& path, const TargetInfo& t, InteropNotes& 
   c.target_id = t.id;
   if (f.has("dspark.sts.thresholds")) c.sts_thresholds = f.get_float_array("dspark.sts.thresholds");
   if (f.has("dspark.sts.temperatures")) c.sts_temperatures = f.get_float_array("dspark.sts.temperatures");
+  if (f.has("dspark.sts.report")) {
+    const std::string report = f.get_string("dspark.sts.report");
+    const auto j = nlohmann::json::parse(report, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object())
+      throw FormatError(path + ": dspark.sts.report is not a JSON object (expected the calibration record)");
+    c.sts_report = sts_report_of(j);
+  }
 
   // Draft vocabulary: d2t lists target ids of the stored rows, in any order.
   at::Tensor d2t;

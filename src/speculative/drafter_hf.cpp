@@ -123,6 +123,10 @@ InteropNotes export_hf(const Drafter& d, const TargetInfo& t, const std::string&
                  {"mask_embedding", learned}};
   if (!c.sts_thresholds.empty()) dspark["sts"]["thresholds"] = c.sts_thresholds;
   if (!c.sts_temperatures.empty()) dspark["sts"]["temperatures"] = c.sts_temperatures;
+  if (!c.sts_report.empty()) {
+    const json report = json::parse(c.sts_report);
+    for (const auto& [k, v] : report.items()) dspark["sts"][k] = v;
+  }
   if (!c.draft_vocab.empty()) dspark["draft_vocab"] = c.draft_vocab;
   const std::string dtype = dt == at::kBFloat16 ? "bfloat16" : "float32";
   const json cfg = {
@@ -253,6 +257,7 @@ DrafterConfig config_from_hf(const json& j, const TargetInfo& t, const std::stri
   if (ds.contains("sts")) {
     c.sts_thresholds = get_or<std::vector<double>>(ds.at("sts"), "thresholds", {}, dw);
     c.sts_temperatures = get_or<std::vector<double>>(ds.at("sts"), "temperatures", {}, dw);
+    if (ds.at("sts").is_object()) c.sts_report = sts_report_of(ds.at("sts"));
   }
   c.draft_vocab = get_or<std::vector<TokenId>>(ds, "draft_vocab", {}, dw);
   try {

@@ -48,6 +48,11 @@ struct DrafterConfig {
   /// STS temperatures T_k per position from calibration (dspark-method.md §6;
   /// empty = uncalibrated, i.e. T = 1).
   std::vector<double> sts_temperatures;
+  /// The rest of the calibration record `dspark calibrate` writes beside the
+  /// thresholds and temperatures (per-position acceptance, ECE and AUROC
+  /// before/after, bins, samples, target) as one JSON object's text; empty =
+  /// none. Informational: kept through save, export and import, never read.
+  std::string sts_report;
   /// Draft vocabulary: the token ids the drafter may propose, strictly
   /// ascending (empty = the whole vocabulary). At inference the LM head and
   /// the sequential head's output rows are restricted to these rows, so each
@@ -72,5 +77,8 @@ nlohmann::json read_drafter_json(const std::string& dir);
 /// Parses the "config"/"dims" part of dspark.json.
 DrafterConfig config_from_json(const nlohmann::json& j, const std::string& where);
 nlohmann::json config_to_json(const DrafterConfig& c);
+/// The keys of a "sts" object other than thresholds and temperatures, as JSON
+/// text (DrafterConfig::sts_report); empty when there are none.
+std::string sts_report_of(const nlohmann::json& sts);
 
 }  // namespace dspark
