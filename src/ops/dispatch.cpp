@@ -40,6 +40,8 @@ const KernelTable kAvx512Kernels = {KernelLevel::Avx512, true, DSPARK_QTILES(avx
 #if defined(__aarch64__)
 const KernelTable kNeonKernels = {KernelLevel::Neon, true, DSPARK_QTILES(neon), neon::quantize32, neon::bf16_block,
                                   DSPARK_FLOAT_ENTRIES(neon)};
+const KernelTable kNeonI8mmKernels = {KernelLevel::Neon, true, DSPARK_QTILES(neoni8mm), neon::quantize32,
+                                      neon::bf16_block, DSPARK_FLOAT_ENTRIES(neon)};
 #endif
 
 #undef DSPARK_FLOAT_ENTRIES
@@ -48,7 +50,7 @@ const KernelTable kNeonKernels = {KernelLevel::Neon, true, DSPARK_QTILES(neon), 
 namespace {
 
 struct Cpu {
-  bool avx2 = false, avxvnni = false, avx512 = false, dotprod = false;
+  bool avx2 = false, avxvnni = false, avx512 = false, dotprod = false, i8mm = false;
 };
 
 Cpu detect() {
@@ -62,6 +64,7 @@ Cpu detect() {
              __builtin_cpu_supports("avx512vnni");
 #elif defined(__aarch64__) && defined(__linux__)
   c.dotprod = (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+  c.i8mm = c.dotprod && (getauxval(AT_HWCAP2) & HWCAP2_I8MM) != 0;
 #endif
   return c;
 }
@@ -83,6 +86,7 @@ std::vector<const KernelTable*> runnable_tables() {
 #endif
 #if defined(__aarch64__)
   if (c.dotprod) t.push_back(&kNeonKernels);
+  if (c.i8mm) t.push_back(&kNeonI8mmKernels);
 #endif
   return t;
 }
@@ -159,7 +163,9 @@ std::string kernel_description() {
   if (level == KernelLevel::Avx2) s += &t == &detail::kAvx2VnniKernels ? "+f16c+avxvnni" : "+f16c";
   if (level == KernelLevel::Avx512) s += "+vnni";
 #endif
-  if (level == KernelLevel::Neon) s += "+dotprod";
+#if defined(__aarch64__)
+  if (level == KernelLevel::Neon) s += &t == &detail::kNeonI8mmKernels ? "+dotprod+i8mm" : "+dotprod";
+#endif
   (void)t;
   return s;
 }

@@ -118,6 +118,7 @@ extern const KernelTable kAvx512Kernels;
 #endif
 #if defined(__aarch64__)
 extern const KernelTable kNeonKernels;
+extern const KernelTable kNeonI8mmKernels;
 #endif
 
 }  // namespace dspark::ops::detail

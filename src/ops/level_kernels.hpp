@@ -93,4 +93,7 @@ DSPARK_FLOAT_KERNELS
 DSPARK_QTILE_KERNELS
 DSPARK_ROW_KERNELS
 }  // namespace dspark::ops::neon
+namespace dspark::ops::neoni8mm {
+DSPARK_QTILE_KERNELS
+}  // namespace dspark::ops::neoni8mm
 #endif
