@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -113,6 +114,14 @@ TEST_F(Cli, BenchReportsLosslessAggregate) {
   EXPECT_TRUE(a.at("lossless").get<bool>());
   ASSERT_EQ(j.at("prompts").size(), 2u);
   EXPECT_TRUE(j.at("prompts")[0].at("lossless").get<bool>());
+  // One run: each aggregate rate is total tokens over total time, so it lies
+  // between the prompts' own rates (each counts the tokens after the first).
+  for (const char* k : {"plain_tok_s", "spec_tok_s"}) {
+    const double p0 = j.at("prompts")[0].at(k).get<double>(), p1 = j.at("prompts")[1].at(k).get<double>();
+    const double agg = a.at(k).get<double>();
+    EXPECT_GE(agg, std::min(p0, p1) * (1 - 1e-9)) << k;
+    EXPECT_LE(agg, std::max(p0, p1) * (1 + 1e-9)) << k;
+  }
 }
 
 // Gemma 3 (a base model: prompts as completions) with a random drafter, on a

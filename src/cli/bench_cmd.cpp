@@ -100,7 +100,8 @@ class BenchCommand : public Command {
         } catch (const Error& e) {
           throw Error("prompt '" + prompts[i].id + "': " + e.what());
         }
-        plain_tokens += plain.stats.generated_tokens;
+        // Decode rates count the tokens after the first, as decode_tok_s() does.
+        plain_tokens += plain.stats.decode_tokens();
         plain_s += plain.stats.decode_s;
         pre_tokens += plain.stats.prompt_tokens;
         pre_s += plain.stats.prefill_s;
@@ -110,7 +111,7 @@ class BenchCommand : public Command {
                               {"prefill_tok_s", plain.stats.prefill_tok_s()}};
         p_plain[i].push_back(plain.stats.decode_tok_s());
         if (speculative) {
-          spec_tokens += sp.stats.generated_tokens;
+          spec_tokens += sp.stats.decode_tokens();
           spec_s += sp.stats.decode_s;
           const bool same = sp.tokens == plain.tokens;
           if (exact) all_lossless &= same;

@@ -23,6 +23,7 @@ class PerplexityCommand : public Command {
   explicit PerplexityCommand(CLI::App& parent) {
     app_ = parent.add_subcommand("perplexity", "perplexity of the model on a text file (llama-perplexity semantics)");
     model_.add(*app_);
+    app_->get_option("--ctx-size")->description("tokens per chunk (default 512, as llama-perplexity; 0 = the model's context)");
     app_->add_option("-f,--file", file_, "text file to score")->required();
     app_->add_option("--chunks", chunks_, "score at most N chunks (default: all)")->check(positive_integer());
     app_->add_option("--json", json_out_, "also write the result as JSON to this file");
@@ -44,13 +45,13 @@ class PerplexityCommand : public Command {
     ids.insert(ids.end(), body.begin(), body.end());
 
     eval::PerplexityOptions o;
-    o.n_ctx = model_.ctx_size > 0 ? model_.ctx_size : 512;
+    // As llama-perplexity: chunks of 512 tokens unless -c says otherwise;
+    // -c 0 is the model's context.
+    const bool ctx_given = app_->get_option("--ctx-size")->count() > 0;
+    o.n_ctx = model_.ctx_size > 0 ? model_.ctx_size : ctx_given ? m.target->info().context : 512;
     o.max_chunks = chunks_ > 0 ? chunks_ : -1;
     o.bos = sp.add_bos ? sp.bos : -1;
-    const int64_t n_chunks = std::min<int64_t>(static_cast<int64_t>(ids.size()) / std::max<int64_t>(o.n_ctx, 1),
-                                               o.max_chunks < 0 ? INT64_MAX : o.max_chunks);
-    if (o.n_ctx < 4)
-      throw InvalidArgument("perplexity: -c " + std::to_string(o.n_ctx) + " is too short, need at least 4 tokens");
+    const int64_t n_chunks = eval::perplexity_chunks(*m.target, static_cast<int64_t>(ids.size()), o);
     std::printf("perplexity: %zu tokens, %lld chunks of %lld, compute %s\n", ids.size(),
                 static_cast<long long>(n_chunks), static_cast<long long>(o.n_ctx), m.target->info().compute.c_str());
     const bool tty = isatty(fileno(stderr)) != 0;

@@ -8,18 +8,23 @@
 
 namespace dspark::eval {
 
-PerplexityResult perplexity(TargetModel& target, std::span<const TokenId> tokens, const PerplexityOptions& o,
-                            const std::function<void(int64_t, double)>& on_chunk) {
-  const int64_t n_ctx = o.n_ctx, V = target.info().vocab;
+int64_t perplexity_chunks(const TargetModel& target, int64_t n_tokens, const PerplexityOptions& o) {
+  const int64_t n_ctx = o.n_ctx;
   if (n_ctx < 4) throw InvalidArgument("perplexity: context of " + std::to_string(n_ctx) + " tokens, need at least 4");
   if (target.info().context > 0 && n_ctx > target.info().context)
     throw InvalidArgument("perplexity: context of " + std::to_string(n_ctx) + " tokens exceeds the model's " +
                           std::to_string(target.info().context));
-  const int64_t available = static_cast<int64_t>(tokens.size()) / n_ctx;
+  const int64_t available = n_tokens / n_ctx;
   if (available == 0)
-    throw InvalidArgument("perplexity: the text has " + std::to_string(tokens.size()) +
+    throw InvalidArgument("perplexity: the text has " + std::to_string(n_tokens) +
                           " tokens, fewer than one chunk of " + std::to_string(n_ctx) + " (-c)");
-  const int64_t n_chunks = o.max_chunks < 0 ? available : std::min(available, o.max_chunks);
+  return o.max_chunks < 0 ? available : std::min(available, o.max_chunks);
+}
+
+PerplexityResult perplexity(TargetModel& target, std::span<const TokenId> tokens, const PerplexityOptions& o,
+                            const std::function<void(int64_t, double)>& on_chunk) {
+  const int64_t n_ctx = o.n_ctx, V = target.info().vocab;
+  const int64_t n_chunks = perplexity_chunks(target, static_cast<int64_t>(tokens.size()), o);
   const int64_t first = n_ctx / 2;
   PerplexityResult r;
   double nll = 0, nll2 = 0;

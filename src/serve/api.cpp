@@ -274,7 +274,8 @@ ApiRequest parse_request(std::string_view body, Endpoint endpoint, const Samplin
 
   if (auto t = get_number(j, "temperature")) {
     if (!(*t >= 0) || !std::isfinite(static_cast<float>(*t)))
-      throw RequestError("'temperature' must be a finite number >= 0, got " + num(*t), "temperature");
+      throw RequestError("'temperature' must be a number >= 0 and at most 3.4e38 (a 32-bit float), got " + num(*t),
+                         "temperature");
     r.sampling.temperature = static_cast<float>(*t);
   }
   if (auto p = get_number(j, "top_p")) {

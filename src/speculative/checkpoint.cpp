@@ -122,6 +122,10 @@ Drafter load_drafter(const std::string& dir) {
                            ? " (written by a newer dspark)"
                            : ""));
   }
+  if (!j.contains("variant") && !j.contains("config")) {
+    throw FormatError(where + ": missing keys 'variant' and 'config' (expected dspark.json as `dspark train` or "
+                      "`dspark init-drafter` write it: kind, variant, config, dims, target_id)");
+  }
   if (!j.contains("variant")) {
     throw FormatError(where +
                       ": no 'variant' key: this is the obsolete single-vector drafter format, which "

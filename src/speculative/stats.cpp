@@ -12,7 +12,11 @@ double GenerateStats::tau() const {
 }
 
 std::vector<double> GenerateStats::acceptance_by_position() const {
-  std::vector<double> a(reached_by_position.size(), 0.0);
+  // A draft that reaches position k reached every earlier one, so the
+  // positions no round reached are a tail: left out.
+  size_t n = reached_by_position.size();
+  while (n > 0 && reached_by_position[n - 1] == 0) --n;
+  std::vector<double> a(n, 0.0);
   for (size_t k = 0; k < a.size(); ++k)
     a[k] = reached_by_position[k] > 0
                ? static_cast<double>(accepted_by_position[k]) / reached_by_position[k]

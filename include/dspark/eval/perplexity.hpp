@@ -35,6 +35,11 @@ struct PerplexityResult {
   std::vector<double> running;  // PPL after each chunk
 };
 
+/// The number of chunks perplexity() scores for n_tokens tokens; throws
+/// InvalidArgument as perplexity() does (n_ctx < 4, above the model's
+/// context, or fewer than n_ctx tokens).
+int64_t perplexity_chunks(const TargetModel& target, int64_t n_tokens, const PerplexityOptions& opts);
+
 /// Scores `tokens` as described above. `on_chunk(i, running_ppl)` is called
 /// after chunk i (0-based). Throws InvalidArgument when n_ctx < 4, exceeds the
 /// model's context, or the text holds fewer than n_ctx tokens.

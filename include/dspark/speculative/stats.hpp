@@ -31,12 +31,15 @@ struct GenerateStats {
   double prefill_tok_s() const { return prefill_s > 0 ? prompt_tokens / prefill_s : 0; }
   /// Tokens per second after the first (which the prefill call produces); 0
   /// when fewer than 2 tokens were generated.
-  double decode_tok_s() const {
-    return decode_s > 0 && generated_tokens > 1 ? static_cast<double>(generated_tokens - 1) / decode_s : 0;
-  }
+  double decode_tok_s() const { return decode_s > 0 ? static_cast<double>(decode_tokens()) / decode_s : 0; }
+  /// Tokens the decode phase produced: all but the first, which the prefill
+  /// forward gives (its time is prefill_s).
+  int64_t decode_tokens() const { return generated_tokens > 1 ? generated_tokens - 1 : 0; }
   /// τ: tokens emitted per target call (each round emits accepted + 1).
   double tau() const;
-  /// Conditional acceptance per draft position: accepted at k / rounds that reached k.
+  /// Conditional acceptance per draft position: accepted at k / rounds that
+  /// reached k, for the positions some round reached (0 .. the longest draft
+  /// - 1; empty when nothing was drafted).
   std::vector<double> acceptance_by_position() const;
   /// Adds another generation's figures: counts, times and per-position
   /// counts (the longer of the two position vectors) summed.
