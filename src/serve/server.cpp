@@ -257,7 +257,9 @@ struct Server::Impl {
         message = "no such endpoint: " + req.method + " " + req.path;
       } else if (status == 400) {
         // The HTTP library refused the request before any handler ran.
-        message = "malformed HTTP request (a POST needs a JSON body and a Content-Length header)";
+        message =
+            "malformed HTTP request: its request line or headers could not be read (too long, or not HTTP/1.x), "
+            "or a POST came without a Content-Length header";
       } else if (status == 413) {
         // The HTTP library caps form-encoded bodies (curl -d's default type) at 8 KiB.
         const std::string type = req.get_header_value("Content-Type");
