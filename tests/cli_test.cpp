@@ -493,6 +493,17 @@ TEST_F(Cli, BadOptionValue) {
   EXPECT_EQ(r.err.rfind("error: ", 0), 0u) << r.err;
 }
 
+TEST_F(Cli, RangeOptionsSayWhatIsExpected) {
+  expect_one_line_error(run_dspark("generate -m smollm2 -p hi --gamma x", tmp),
+                        "--gamma: expected an integer in [0, 32], got 'x'");
+  expect_one_line_error(run_dspark("generate -m smollm2 -p hi --gamma 33", tmp),
+                        "--gamma: expected an integer in [0, 32], got '33'");
+  expect_one_line_error(run_dspark("generate -m smollm2 -p hi --min-conf 2", tmp),
+                        "--min-conf: expected a number in [0, 1], got '2'");
+  expect_one_line_error(run_dspark("generate -m smollm2 -p hi -n 99999999999999999999", tmp),
+                        "--n-predict: expected a positive integer, got '99999999999999999999' (past the 64-bit range)");
+}
+
 TEST_F(Cli, DrafterForAnotherTargetIsRefused) {
   const auto tiny = tmp.path() / "tiny.gguf";
   write_tiny_llama(tiny.string(), 3);

@@ -40,7 +40,7 @@ class BenchCommand : public Command {
         ->capture_default_str();
     sampling_.temperature = 0.f;  // greedy unless --temp says otherwise
     rule_.add(*app_, add_sampling_options(*app_, sampling_));
-    app_->add_option("--runs", runs_, "repetitions (medians reported)")->check(CLI::Range(1, 100));
+    app_->add_option("--runs", runs_, "repetitions (medians reported)")->check(integer_in(1, 100));
     app_->add_option("--limit", limit_, "use only the first N prompts (0 = all)")->check(non_negative_integer());
     app_->add_flag("--raw", raw_, "do not apply the chat template (models without one never do)");
     app_->add_flag("--json", json_, "print one JSON object");

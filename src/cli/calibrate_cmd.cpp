@@ -55,9 +55,9 @@ class CalibrateCommand : public Command {
     sampling_.temperature = 0.f;  // greedy unless --temp says otherwise
     add_sampling_options(*app_, sampling_);
     app_->add_option("--target-precision", target_, "acceptance precision the thresholds must reach")
-        ->check(CLI::Range(0.0, 1.0))
+        ->check(number_in(0.0, 1.0))
         ->capture_default_str();
-    app_->add_option("--bins", bins_, "ECE bins (equal width)")->check(CLI::Range(2, 100))->capture_default_str();
+    app_->add_option("--bins", bins_, "ECE bins (equal width)")->check(integer_in(2, 100))->capture_default_str();
     app_->add_option("--plot", plot_,
                      "reliability diagram: a .png path (an .svg with labels is written next to it) "
                      "or an .svg path");

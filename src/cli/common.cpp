@@ -2,8 +2,13 @@
 
 #include <ATen/Parallel.h>
 
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <optional>
+#include <sstream>
 
 #include "dspark/error.hpp"
 #include "dspark/serve/request_checks.hpp"
@@ -12,21 +17,40 @@ namespace dspark::cli {
 
 namespace {
 
-CLI::Validator integer_at_least(int64_t lo, const std::string& what) {
+// The whole decimal integer `v`, or nullopt (with `overflow` set when it is
+// one but past int64).
+std::optional<int64_t> parse_integer(const std::string& v, bool& overflow) {
+  overflow = false;
+  const char* b = v.data() + (!v.empty() && v[0] == '+' ? 1 : 0);
+  const char* e = v.data() + v.size();
+  if (b == e) return std::nullopt;
+  int64_t x = 0;
+  const auto [end, ec] = std::from_chars(b, e, x);
+  if (end != e) return std::nullopt;
+  if (ec == std::errc::result_out_of_range) overflow = true;
+  if (ec != std::errc()) return std::nullopt;
+  return x;
+}
+
+CLI::Validator integer_between(int64_t lo, int64_t hi, const std::string& what) {
   return CLI::Validator(
-      [lo, what](std::string& v) -> std::string {
-        const std::string err = "expected " + what + ", got '" + v + "'";
-        if (v.empty() || v.find_first_not_of("+-0123456789") != std::string::npos) return err;
-        try {
-          size_t used = 0;
-          const long long x = std::stoll(v, &used);
-          if (used != v.size() || x < lo) return err;
-        } catch (const std::exception&) {
-          return err;
-        }
-        return "";
+      [lo, hi, what](std::string& v) -> std::string {
+        bool overflow = false;
+        const auto x = parse_integer(v, overflow);
+        if (x && *x >= lo && *x <= hi) return "";
+        return "expected " + what + ", got '" + v + "'" + (overflow ? " (past the 64-bit range)" : "");
       },
       what);
+}
+
+CLI::Validator integer_at_least(int64_t lo, const std::string& what) {
+  return integer_between(lo, std::numeric_limits<int64_t>::max(), what);
+}
+
+std::string bound_text(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
 }
 
 }  // namespace
@@ -53,10 +77,24 @@ void prepare_output_file(const std::string& path, const std::string& option) {
 
 CLI::Validator positive_integer() { return integer_at_least(1, "a positive integer"); }
 CLI::Validator non_negative_integer() { return integer_at_least(0, "a non-negative integer"); }
+CLI::Validator integer_in(int64_t lo, int64_t hi) {
+  return integer_between(lo, hi, "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+}
+CLI::Validator number_in(double lo, double hi) {
+  const std::string what = "a number in [" + bound_text(lo) + ", " + bound_text(hi) + "]";
+  return CLI::Validator(
+      [lo, hi, what](std::string& v) -> std::string {
+        char* end = nullptr;
+        const double x = v.empty() ? 0.0 : std::strtod(v.c_str(), &end);
+        if (!v.empty() && end == v.c_str() + v.size() && std::isfinite(x) && x >= lo && x <= hi) return "";
+        return "expected " + what + ", got '" + v + "'";
+      },
+      what);
+}
 
 void ModelOptions::add(CLI::App& app) {
   app.add_option("-m,--model", model, "GGUF model file or alias (smollm2, gemma3)")->capture_default_str();
-  app.add_option("-t,--threads", threads, "CPU threads")->check(CLI::Range(1, 256))->capture_default_str();
+  app.add_option("-t,--threads", threads, "CPU threads")->check(integer_in(1, 256))->capture_default_str();
   app.add_option("-c,--ctx-size", ctx_size, "context length in tokens (0 = the model's)")
       ->check(non_negative_integer());
   app.add_option("--compute", compute,

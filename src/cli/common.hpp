@@ -33,6 +33,12 @@ struct ModelOptions {
 CLI::Validator positive_integer();
 CLI::Validator non_negative_integer();
 
+/// CLI::Range with messages that say what was expected: "expected an
+/// integer in [lo, hi], got '...'" (whole decimal numbers that fit int64) or
+/// "expected a number in [lo, hi], got '...'" (finite decimals).
+CLI::Validator integer_in(int64_t lo, int64_t hi);
+CLI::Validator number_in(double lo, double hi);
+
 /// Checks, before any long work, that `path` can be written as a file:
 /// not a directory, its parent directories creatable (they are created).
 /// Throws dspark::Error naming `option` and the path.

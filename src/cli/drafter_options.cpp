@@ -22,9 +22,9 @@ void DrafterOptions::add(CLI::App& app, bool with_schedule) {
                  "the model, if any)")
       ->capture_default_str();
   app.add_option("--gamma", gamma, "draft block size γ (0 = the drafter's)")
-      ->check(CLI::Range(0, kMaxGamma));
+      ->check(integer_in(0, kMaxGamma));
   app.add_option("--min-conf", min_conf, "uniform confidence threshold for pruning (overrides calibration)")
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(number_in(0.0, 1.0));
   thresholds_opt_ = app.add_option("--thresholds", thresholds,
                                    "per-position confidence thresholds a,b,... ('none' disables calibration "
                                    "thresholds)");
@@ -33,14 +33,14 @@ void DrafterOptions::add(CLI::App& app, bool with_schedule) {
                  "prompt-lookup drafts: shortest n-gram of the text so far matched earlier in it; a "
                  "match drafts what followed it, other rounds use the drafter (0 = off; on by default "
                  "with a drafter; with --drafter none, lookup drafts alone when given)")
-      ->check(CLI::Range(0, 64))
+      ->check(integer_in(0, 64))
       ->capture_default_str();
   lookup_max_opt_ = app.add_option("--lookup-ngram-max", lookup.max_ngram,
                                    "prompt-lookup drafts: longest n-gram tried first (at least --lookup-ngram)")
-      ->check(CLI::Range(1, 64))
+      ->check(integer_in(1, 64))
       ->capture_default_str();
   app.add_option("--lookup-draft-max", lookup.max_draft, "prompt-lookup drafts: most tokens per draft")
-      ->check(CLI::Range(1, kMaxGamma))
+      ->check(integer_in(1, kMaxGamma))
       ->capture_default_str();
   if (!with_schedule) {
     schedule = "thresholds";  // the caller schedules verify lengths itself

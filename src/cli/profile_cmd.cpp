@@ -18,16 +18,16 @@ class ProfileCommand : public Command {
   explicit ProfileCommand(CLI::App& parent) {
     app_ = parent.add_subcommand("profile", "measure SPS(B), target steps per second at B verify tokens");
     model_.add(*app_);
-    app_->add_option("--bmax", o_.bmax, "largest B measured")->check(CLI::Range(1, 1024))->capture_default_str();
+    app_->add_option("--bmax", o_.bmax, "largest B measured")->check(integer_in(1, 1024))->capture_default_str();
     app_->add_option("--context", o_.context, "tokens already in the context")
-        ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
+        ->check(integer_in(int64_t{1}, int64_t{1} << 20))
         ->capture_default_str();
     app_->add_option("--reps", o_.repetitions, "timed calls per B (median)")
-        ->check(CLI::Range(1, 1000))
+        ->check(integer_in(1, 1000))
         ->capture_default_str();
     app_->add_option("--requests", o_.requests,
                      "also measure R sequences sharing B tokens (1 = single sequence only)")
-        ->check(CLI::Range(1, 1024))
+        ->check(integer_in(1, 1024))
         ->capture_default_str();
     app_->add_option("--out", out_, "output file (default: $DSPARK_HOME/profiles/<model id>.json)");
   }

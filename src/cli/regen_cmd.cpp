@@ -48,7 +48,7 @@ class RegenCommand : public Command {
         ->check(positive_integer())
         ->capture_default_str();
     app_->add_option("--batch", opts_.batch, "sequences decoded together per target call")
-        ->check(CLI::Range(1, 1024))
+        ->check(integer_in(1, 1024))
         ->capture_default_str();
     app_->add_option("--limit", opts_.limit, "use only the first N prompts (0 = all)")
         ->check(non_negative_integer());

@@ -38,10 +38,10 @@ class ServeCommand : public Command {
     drafter_.add(*app_, /*with_schedule=*/false);
     app_->add_option("--host", host_, "address to listen on")->capture_default_str();
     app_->add_option("--port", port_, "port to listen on (0: any free port)")
-        ->check(CLI::Range(0, 65535))
+        ->check(integer_in(0, 65535))
         ->capture_default_str();
     app_->add_option("--parallel", parallel_, "requests decoded together (batch slots)")
-        ->check(CLI::Range(1, 1024))
+        ->check(integer_in(1, 1024))
         ->capture_default_str();
     app_->add_option("-n,--n-predict", n_predict_, "max_tokens for requests that set none")
         ->check(positive_integer())
@@ -56,11 +56,11 @@ class ServeCommand : public Command {
                      "the model's name in responses and /v1/models (default: the -m value's file stem, which "
                      "for an alias such as smollm2 is the alias)");
     app_->add_option("--http-threads", http_threads_, "HTTP worker threads kept ready (0: 4 x parallel + 16)")
-        ->check(CLI::Range(0, 4096));
+        ->check(integer_in(0, 4096));
     app_->add_option("--http-max-threads", http_max_threads_,
                      "most HTTP worker threads: each open connection holds one, and more start while every one "
                      "is busy")
-        ->check(CLI::Range(1, 65536));
+        ->check(integer_in(1, 65536));
     add_sampling_options(*app_, sampling_);
     // Requests that name a seed always get seed-stable text; this is the
     // rule of the others ("auto": kUnseededRule).
@@ -78,12 +78,12 @@ class ServeCommand : public Command {
     app_->add_option("--shutdown-timeout", shutdown_timeout_,
                      "on SIGTERM/SIGINT: seconds requests in flight may take to finish before they are "
                      "cancelled (a second signal cancels them at once)")
-        ->check(CLI::Range(0.0, 86400.0))
+        ->check(number_in(0.0, 86400.0))
         ->capture_default_str();
     app_->add_option("--deadline", deadline_,
                      "seconds after arrival by which a request ends (its \"deadline_ms\" field overrides it; "
                      "0: none)")
-        ->check(CLI::Range(0.0, 86400.0))
+        ->check(number_in(0.0, 86400.0))
         ->capture_default_str();
     app_->add_option("--prefill-budget", prefill_budget_,
                      "chunked prefill: prompt work per step in target-row equivalents (a token at context c "
@@ -93,7 +93,7 @@ class ServeCommand : public Command {
     app_->add_option("--prefill-slowdown", prefill_slowdown_,
                      "while requests decode, a step carries no more prompt work than keeps it within this many "
                      "times their decoding alone, by the SPS profile (0: --prefill-budget alone)")
-        ->check(CLI::Range(0.0, 1000.0))
+        ->check(number_in(0.0, 1000.0))
         ->capture_default_str();
   }
   CLI::App* app() const { return app_; }

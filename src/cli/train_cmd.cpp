@@ -29,7 +29,7 @@ class TrainCommand : public Command {
     layers_opt_ = app_->add_option("--layers", c.drafter.n_layers,
                                    "draft layers of a fresh drafter; with --init, grow that drafter to this many "
                                    "(new layers start as the identity: zero output projections)")
-                      ->check(CLI::Range(1, 32))
+                      ->check(integer_in(1, 32))
                       ->capture_default_str();
     app_->add_option("--gamma", c.drafter.gamma, "block size γ of a fresh drafter")->capture_default_str();
     app_->add_option("--markov-rank", c.drafter.markov_rank, "Markov rank r (multiple of 32)")
