@@ -63,6 +63,13 @@ std::string sts_report_of(const nlohmann::json& sts) {
   return report.empty() ? std::string() : report.dump();
 }
 
+nlohmann::json sts_json(const DrafterConfig& c) {
+  nlohmann::json sts = c.sts_report.empty() ? nlohmann::json::object() : nlohmann::json::parse(c.sts_report);
+  if (!c.sts_thresholds.empty()) sts["thresholds"] = c.sts_thresholds;
+  if (!c.sts_temperatures.empty()) sts["temperatures"] = c.sts_temperatures;
+  return sts;
+}
+
 nlohmann::json config_to_json(const DrafterConfig& c) {
   nlohmann::json cfg = {
       {"gamma", c.gamma},           {"d_draft", c.hidden},
@@ -72,12 +79,7 @@ nlohmann::json config_to_json(const DrafterConfig& c) {
       {"tap_layers", c.tap_layers}, {"seq_head", to_string(c.seq_head)},
       {"mask_token_id", c.mask_token_id}, {"rope_base", c.rope_base},
   };
-  if (!c.sts_thresholds.empty()) cfg["sts"]["thresholds"] = c.sts_thresholds;
-  if (!c.sts_temperatures.empty()) cfg["sts"]["temperatures"] = c.sts_temperatures;
-  if (!c.sts_report.empty()) {
-    const nlohmann::json report = nlohmann::json::parse(c.sts_report);
-    for (const auto& [k, v] : report.items()) cfg["sts"][k] = v;
-  }
+  if (nlohmann::json sts = sts_json(c); !sts.empty()) cfg["sts"] = std::move(sts);
   if (!c.draft_vocab.empty()) cfg["draft_vocab"] = c.draft_vocab;
   return cfg;
 }

@@ -121,12 +121,7 @@ InteropNotes export_hf(const Drafter& d, const TargetInfo& t, const std::string&
                  {"target_id", c.target_id},
                  {"seq_head", to_string(c.seq_head)},
                  {"mask_embedding", learned}};
-  if (!c.sts_thresholds.empty()) dspark["sts"]["thresholds"] = c.sts_thresholds;
-  if (!c.sts_temperatures.empty()) dspark["sts"]["temperatures"] = c.sts_temperatures;
-  if (!c.sts_report.empty()) {
-    const json report = json::parse(c.sts_report);
-    for (const auto& [k, v] : report.items()) dspark["sts"][k] = v;
-  }
+  if (json sts = sts_json(c); !sts.empty()) dspark["sts"] = std::move(sts);
   if (!c.draft_vocab.empty()) dspark["draft_vocab"] = c.draft_vocab;
   const std::string dtype = dt == at::kBFloat16 ? "bfloat16" : "float32";
   const json cfg = {

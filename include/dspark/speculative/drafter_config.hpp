@@ -77,6 +77,9 @@ nlohmann::json read_drafter_json(const std::string& dir);
 /// Parses the "config"/"dims" part of dspark.json.
 DrafterConfig config_from_json(const nlohmann::json& j, const std::string& where);
 nlohmann::json config_to_json(const DrafterConfig& c);
+/// The "sts" object of dspark.json: the calibration record, thresholds and
+/// temperatures (empty when the drafter is uncalibrated).
+nlohmann::json sts_json(const DrafterConfig& c);
 /// The keys of a "sts" object other than thresholds and temperatures, as JSON
 /// text (DrafterConfig::sts_report); empty when there are none.
 std::string sts_report_of(const nlohmann::json& sts);
