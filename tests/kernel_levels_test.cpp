@@ -60,11 +60,12 @@ std::vector<float> randn(size_t n, std::mt19937& rng, float scale = 1.f) {
 }
 
 // Runs f(table) -> std::vector<float> on the portable table and on every
-// other table this CPU runs, expecting the same bits.
+// other table this CPU runs or checks (detail::checked_tables()), expecting
+// the same bits.
 template <class F>
 void expect_every_level_equal(const char* what, F f) {
   const auto want = f(kPortableKernels);
-  for (const KernelTable* kt : ops::detail::runnable_tables()) {
+  for (const KernelTable* kt : ops::detail::checked_tables()) {
     const auto got = f(*kt);
     ASSERT_EQ(got.size(), want.size());
     for (size_t i = 0; i < got.size(); ++i) {

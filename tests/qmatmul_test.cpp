@@ -177,10 +177,11 @@ TEST_P(QTypes, MatchesFp64Reference) {
   }
 }
 
-// Every kernel table this CPU runs (a level's variants too, e.g. AVX2 with and
-// without AVX-VNNI) gives the portable kernel's bits: full and partial tiles
-// (50 rows = 3 x 16 + 2), 1 to 40 activation rows (blocks of rows in
-// registers: 6 + 6 + 5 for 17, 6 x 6 + 4 for 40, one block of 1-5), two row lengths.
+// Every kernel table this CPU runs or checks (a level's variants too, e.g. AVX2
+// with and without AVX-VNNI) gives the portable kernel's bits: full and partial
+// tiles (50 rows = 3 x 16 + 2), 1 to 40 activation rows (blocks of rows in
+// registers: AVX-512's 6 + 6 + 5 for 17 and 6 x 6 + 4 for 40, AVX2's 4 + 3 for
+// 7 and 4 x 4 + 1 for 17, one block of 1-5), two row lengths.
 TEST_P(QTypes, EveryKernelTableEqualsPortableBitwise) {
   std::mt19937 rng(12);
   const GGMLType t = GetParam();
@@ -188,12 +189,12 @@ TEST_P(QTypes, EveryKernelTableEqualsPortableBitwise) {
   for (int64_t K : {cols_for(t), 4 * cols_for(t)}) {
     auto W = random_matrix(t, O, K, rng);
     ops::QLinear layer{{W.m}};
-    for (int64_t N : {1, 2, 3, 4, 5, 7, 8, 17, 40}) {  // every register block and the scratch path
+    for (int64_t N : {1, 2, 3, 4, 5, 7, 8, 17, 40}) {  // every register block and remainder
       const auto x = randn(static_cast<size_t>(N * K), rng);
       const ops::QActivations xq(x.data(), N, K, layer, ops::KernelLevel::Portable);
       std::vector<float> want(static_cast<size_t>(N * O));
       ops::detail::qlinear_table(xq, layer, want.data(), O, ops::detail::kPortableKernels);
-      for (const auto* kt : ops::detail::runnable_tables()) {
+      for (const auto* kt : ops::detail::checked_tables()) {
         const ops::QActivations xl(x.data(), N, K, layer, kt->level);
         std::vector<float> got(want.size());
         ops::detail::qlinear_table(xl, layer, got.data(), O, *kt);

@@ -31,6 +31,8 @@ const KernelTable kAvx2Kernels = {KernelLevel::Avx2, true, DSPARK_QTILES(avx2), 
                                   DSPARK_FLOAT_ENTRIES(avx2)};
 const KernelTable kAvx2VnniKernels = {KernelLevel::Avx2, true, DSPARK_QTILES(avx2vnni), avx2::quantize32,
                                       avx2::bf16_block, DSPARK_FLOAT_ENTRIES(avx2)};
+const KernelTable kAvx2VnniEvexKernels = {KernelLevel::Avx2, true, DSPARK_QTILES(avx2vnni_evex), avx2::quantize32,
+                                          avx2::bf16_block, DSPARK_FLOAT_ENTRIES(avx2)};
 // AVX-512: its own quantized tiles (vpdpbusd on the packed tiles' 16 rows at
 // once), bf16 products and fp32 kernels (one zmm per 16-lane vector); the
 // activation quantization runs the AVX2 kernel, which every AVX-512 CPU has.
@@ -87,6 +89,14 @@ std::vector<const KernelTable*> runnable_tables() {
 #if defined(__aarch64__)
   if (c.dotprod) t.push_back(&kNeonKernels);
   if (c.i8mm) t.push_back(&kNeonI8mmKernels);
+#endif
+  return t;
+}
+
+std::vector<const KernelTable*> checked_tables() {
+  std::vector<const KernelTable*> t = runnable_tables();
+#if defined(__x86_64__)
+  if (cpu().avx512 && !cpu().avxvnni) t.push_back(&kAvx2VnniEvexKernels);
 #endif
   return t;
 }

@@ -103,6 +103,10 @@ struct KernelTable {
 /// Every table this CPU runs, portable first; a level may have several
 /// (AVX2 with and without AVX-VNNI), its fullest last.
 std::vector<const KernelTable*> runnable_tables();
+/// runnable_tables() and the variants this CPU can check but never runs
+/// (x86 with AVX-512 VNNI and without AVX-VNNI: the AVX-VNNI tiles built with
+/// the EVEX vpdpbusd), for the tests that compare every table with portable.
+std::vector<const KernelTable*> checked_tables();
 /// The fullest table of `level`. Throws InvalidArgument when this build or this CPU
 /// cannot run it.
 const KernelTable& kernel_table(KernelLevel level);
@@ -114,6 +118,7 @@ extern const KernelTable kPortableKernels;
 #if defined(__x86_64__)
 extern const KernelTable kAvx2Kernels;
 extern const KernelTable kAvx2VnniKernels;
+extern const KernelTable kAvx2VnniEvexKernels;
 extern const KernelTable kAvx512Kernels;
 #endif
 #if defined(__aarch64__)

@@ -79,6 +79,9 @@ DSPARK_ROW_KERNELS
 namespace dspark::ops::avx2vnni {
 DSPARK_QTILE_KERNELS
 }  // namespace dspark::ops::avx2vnni
+namespace dspark::ops::avx2vnni_evex {
+DSPARK_QTILE_KERNELS
+}  // namespace dspark::ops::avx2vnni_evex
 namespace dspark::ops::avx512 {
 DSPARK_FLOAT_KERNELS
 DSPARK_QTILE_KERNELS
