@@ -504,6 +504,12 @@ TEST_F(Cli, RangeOptionsSayWhatIsExpected) {
                         "--n-predict: expected a positive integer, got '99999999999999999999' (past the 64-bit range)");
 }
 
+TEST_F(Cli, ProfilePastTheContextSaysSoBeforeAnyOutput) {
+  auto r = run_dspark("profile -m smollm2 --context 9000 --bmax 2", tmp);
+  expect_one_line_error(r, "profile: context 9000 + bmax 2 exceeds the model's context length 8192");
+  EXPECT_EQ(r.out, "") << "a header printed before the error";
+}
+
 TEST_F(Cli, DrafterForAnotherTargetIsRefused) {
   const auto tiny = tmp.path() / "tiny.gguf";
   write_tiny_llama(tiny.string(), 3);

@@ -38,6 +38,7 @@ class ProfileCommand : public Command {
     auto target = load_target(model_.model, model_.compute_mode());
     const std::string path =
         out_.empty() ? default_profile_path(sps_profile_key(target->info()), at::get_num_threads()) : out_;
+    check_sps_options(target->info(), o_);
     prepare_output_file(path, "--out");
     std::printf("kernels %s, %d threads\n", ops::kernel_description().c_str(), model_.threads);
     std::printf("%6s %12s %12s\n", "B", "steps/s", "ms/step");

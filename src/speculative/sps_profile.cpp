@@ -70,16 +70,20 @@ void check_sps_values(const std::vector<double>& v, const std::string& where) {
 
 }  // namespace
 
-SpsProfile measure_sps(TargetModel& target, const SpsProfileOptions& o,
-                       const std::function<void(int, double)>& progress) {
+void check_sps_options(const TargetInfo& info, const SpsProfileOptions& o) {
   if (o.bmax < 1 || o.context < 1 || o.repetitions < 1 || o.warmup < 0 || o.requests < 1 ||
       o.requests > o.bmax)
     throw InvalidArgument("profile: need bmax >= 1, context >= 1, repetitions >= 1, 1 <= requests <= bmax");
-  const TargetInfo& info = target.info();
   if (o.context + o.bmax > info.context)
     throw InvalidArgument("profile: context " + std::to_string(o.context) + " + bmax " +
                           std::to_string(o.bmax) + " exceeds the model's context length " +
                           std::to_string(info.context));
+}
+
+SpsProfile measure_sps(TargetModel& target, const SpsProfileOptions& o,
+                       const std::function<void(int, double)>& progress) {
+  const TargetInfo& info = target.info();
+  check_sps_options(info, o);
   SpsProfile p;
   p.model = sps_profile_key(info);
   p.threads = at::get_num_threads();

@@ -60,6 +60,10 @@ struct SpsProfileOptions {
 SpsProfile measure_sps(TargetModel& target, const SpsProfileOptions& opts,
                        const std::function<void(int, double)>& progress = {});
 
+/// The checks measure_sps makes before measuring, for callers that print
+/// anything first. Throws InvalidArgument as measure_sps does.
+void check_sps_options(const TargetInfo& info, const SpsProfileOptions& opts);
+
 /// Makes a curve non-increasing in B, in place: SPS(B) = max over b >= B of
 /// the measured SPS(b) (a verify of B tokens never costs more than one of
 /// more; a slower point is a measurement disturbed by other work).
