@@ -181,12 +181,15 @@ TEST_P(QTypes, MatchesFp64Reference) {
 // with and without AVX-VNNI) gives the portable kernel's bits: full and partial
 // tiles (50 rows = 3 x 16 + 2), 1 to 40 activation rows (blocks of rows in
 // registers: AVX-512's 6 + 6 + 5 for 17 and 6 x 6 + 4 for 40, AVX2's 4 + 3 for
-// 7 and 4 x 4 + 1 for 17, one block of 1-5), two row lengths.
+// 7 and 4 x 4 + 1 for 17, one block of 1-5), three row lengths.
 TEST_P(QTypes, EveryKernelTableEqualsPortableBitwise) {
   std::mt19937 rng(12);
   const GGMLType t = GetParam();
   const int64_t O = 50;
-  for (int64_t K : {cols_for(t), 4 * cols_for(t)}) {
+  // Row lengths: even and odd counts of 32-blocks (an odd last block is half
+  // a packed pair), and 3 super-blocks for the K-quants.
+  const int64_t odd = geometry(t).elems == 256 ? 3 * 256 : 17 * 32;
+  for (int64_t K : {cols_for(t), 4 * cols_for(t), odd}) {
     auto W = random_matrix(t, O, K, rng);
     ops::QLinear layer{{W.m}};
     for (int64_t N : {1, 2, 3, 4, 5, 7, 8, 17, 40}) {  // every register block and remainder
