@@ -381,6 +381,12 @@ TEST(Checkpoint, RefusesMalformedFields) {
       {"n_layers beyond int", [](json& j) { j["config"]["n_layers"] = 4294967297LL; },
        {"'n_layers'", "in range", "4294967297"}},
       {"vocab_size not an integer", [](json& j) { j["dims"]["vocab_size"] = 262.5; }, {"'vocab_size'", "262.5"}},
+      {"a negative RMSNorm epsilon", [](json& j) { j["dims"]["eps"] = -1.0; }, {"eps", "(0, 1)", "-1"}},
+      {"a zero RMSNorm epsilon", [](json& j) { j["dims"]["eps"] = 0.0; }, {"eps", "(0, 1)"}},
+      {"a RoPE base of 0", [](json& j) { j["config"]["rope_base"] = 0; }, {"rope_base", "above 1", "0"}},
+      {"a negative RoPE base", [](json& j) { j["config"]["rope_base"] = -1; }, {"rope_base", "-1"}},
+      {"an unknown dtype", [](json& j) { j["dtype"] = "garbage"; }, {"'dtype'", "garbage", "bf16"}},
+      {"a dtype of the wrong type", [](json& j) { j["dtype"] = 16; }, {"'dtype'", "16"}},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.what);

@@ -122,6 +122,9 @@ Drafter load_drafter(const std::string& dir) {
                            ? " (written by a newer dspark)"
                            : ""));
   }
+  if (j.contains("dtype") && (!j["dtype"].is_string() || (j["dtype"] != "bf16" && j["dtype"] != "f32"))) {
+    throw FormatError(where + ": 'dtype' is " + j["dtype"].dump() + ", expected \"bf16\" or \"f32\"");
+  }
   if (!j.contains("variant") && !j.contains("config")) {
     throw FormatError(where + ": missing keys 'variant' and 'config' (expected dspark.json as `dspark train` or "
                       "`dspark init-drafter` write it: kind, variant, config, dims, target_id)");

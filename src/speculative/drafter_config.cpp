@@ -47,6 +47,9 @@ void DrafterConfig::validate() const {
   need(!tap_layers.empty(), "at least one tap layer is required");
   need(vocab > 0, "vocab must be positive");
   need(mask_token_id < vocab, "mask_token_id outside the vocabulary");
+  need(std::isfinite(rope_base) && rope_base > 1,
+       "rope_base must be a finite number above 1, got " + std::to_string(rope_base));
+  need(std::isfinite(eps) && eps > 0 && eps < 1, "eps (RMSNorm epsilon) must lie in (0, 1), got " + std::to_string(eps));
   for (size_t i = 0; i < draft_vocab.size(); ++i) {
     need(draft_vocab[i] >= 0 && draft_vocab[i] < vocab,
          "draft_vocab id " + std::to_string(draft_vocab[i]) + " outside the vocabulary [0, " +
