@@ -225,6 +225,17 @@ TEST_F(RegenTest, ResumeEqualsUninterruptedRun) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("seed"), std::string::npos) << e.what();
   }
+  // So is another prompts file: its prompts are not those stored.
+  std::vector<PromptEntry> renamed = prompts;
+  for (auto& p : renamed) p.id = "other-" + p.id;
+  auto elsewhere = opts;
+  elsewhere.prompts_file = "other-prompts.jsonl";
+  try {
+    train::regenerate(*model_, renamed, b.path().string(), elsewhere);
+    FAIL() << "expected dspark::Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not in other-prompts.jsonl (e.g. 'p"), std::string::npos) << e.what();
+  }
 }
 
 // Responses with fewer than min_supervised tokens are dropped, recorded as
@@ -310,6 +321,39 @@ TEST(RegenPromptsFile, BadFilesGiveClearErrors) {
   EXPECT_EQ(WEXITSTATUS(rc), 2);
   EXPECT_NE(test::read_bytes(dir.file("err")).find("bad.jsonl:1: expected a string \"prompt\""), std::string::npos)
       << test::read_bytes(dir.file("err"));
+}
+
+// The manifest records the prompts file's absolute path: export-data finds it
+// from any working directory, and says where the path came from when the
+// file is gone.
+TEST(RegenCli, ManifestNamesThePromptsFileFromAnyDirectory) {
+  DSPARK_REQUIRE_MODEL();
+  test::TempDir dir;
+  test::write_bytes(dir.file("p.jsonl"), "{\"id\":\"a\",\"prompt\":\"Say hi.\"}\n");
+  const std::string bin = DSPARK_BINARY;
+  const auto run = [&](const std::string& cwd, const std::string& args) {
+    const std::string cmd = "cd " + cwd + " && " + bin + " " + args + " >" + dir.file("log") + " 2>&1";
+    const int rc = std::system(cmd.c_str());
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  };
+  ASSERT_EQ(run(dir.path().string(), "regen -m " + test::model_path() +
+                                         " --prompts p.jsonl --out data -n 4 --min-supervised 1"),
+            0)
+      << test::read_bytes(dir.file("log"));
+  const auto manifest = nlohmann::json::parse(test::read_bytes(dir.file("data/manifest.json")));
+  EXPECT_EQ(manifest["prompts_file"], dir.file("p.jsonl"));
+  EXPECT_EQ(run("/", "export-data -m " + test::model_path() + " --data " + dir.file("data") + " -o " +
+                         dir.file("x.jsonl")),
+            0)
+      << test::read_bytes(dir.file("log"));
+  fs::rename(dir.file("p.jsonl"), dir.file("moved.jsonl"));
+  EXPECT_EQ(run("/", "export-data -m " + test::model_path() + " --data " + dir.file("data") + " -o " +
+                         dir.file("y.jsonl")),
+            2);
+  const std::string log = test::read_bytes(dir.file("log"));
+  EXPECT_NE(log.find("(the prompts_file that " + dir.file("data") + "/manifest.json names) does not exist"),
+            std::string::npos)
+      << log;
 }
 
 }  // namespace

@@ -40,6 +40,9 @@ class ExportDataCommand : public Command {
     if (prompts.empty()) {
       prompts = data.manifest.value("prompts_file", "");
       if (prompts.empty()) throw InvalidArgument(data_ + ": the manifest names no prompts_file; pass --prompts");
+      if (!std::filesystem::exists(prompts))
+        throw InvalidArgument(prompts + " (the prompts_file that " + data_ +
+                              "/manifest.json names) does not exist here; pass the file as --prompts");
     }
     LoadedModel m = LoadedModel::load(model_.model, model_.compute_mode());
     const train::ConversationExportStats s =

@@ -362,11 +362,24 @@ RegenSummary regenerate(const LoadedModel& model, const std::vector<PromptEntry>
       for (auto& id : v.prompt_ids) done_ids.insert(std::move(id));
       for (auto& id : v.dropped_ids) done_ids.insert(std::move(id));
     }
+    // One data set, one prompts file: what is stored must come from this one
+    // (export-data looks every sequence's prompt up in it).
+    std::unordered_set<std::string> given;
+    for (const auto& p : prompts) given.insert(p.id);
+    for (const auto& id : done_ids) {
+      if (!given.count(id)) {
+        throw Error(out_dir + " holds sequences of prompts that are not in " + opts.prompts_file + " (e.g. '" + id +
+                    "'); it was generated from " + manifest.value("prompts_file", json("?")).dump() +
+                    ": resume with that prompts file, or use another --out");
+      }
+    }
   } else {
     manifest = {{"format", kRegenFormat},
                 {"target_id", info.id},
                 {"target_path", fs::path(info.path).filename().string()},
-                {"prompts_file", opts.prompts_file},
+                {"prompts_file", opts.prompts_file.empty()
+                                     ? std::string()
+                                     : fs::absolute(opts.prompts_file).lexically_normal().string()},
                 {"chat_template", opts.chat},
                 {"n_sequences", 0},
                 {"n_tokens", 0},

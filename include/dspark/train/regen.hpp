@@ -17,7 +17,7 @@
 //     {"format": "dspark-regen-v1",
 //      "target_id": "...",                 TargetInfo::id of the generating target
 //      "target_path": "...",               file name of the model
-//      "prompts_file": "...",              as given to the first run
+//      "prompts_file": "...",              absolute path of the first run's file
 //      "chat_template": true,              prompts wrapped as one user turn
 //      "n_sequences": S, "n_tokens": N,    totals over all shards
 //      "n_supervised": M,                  tokens with loss_mask 1
