@@ -510,6 +510,22 @@ TEST_F(Cli, ProfilePastTheContextSaysSoBeforeAnyOutput) {
   EXPECT_EQ(r.out, "") << "a header printed before the error";
 }
 
+TEST_F(Cli, OutputPathsAreCheckedBeforeTheWork) {
+  const std::string text = (tmp.path() / "t.txt").string();
+  write_bytes(text, "The quick brown fox jumps over the lazy dog. ");
+  const std::string ppl = "perplexity -m smollm2 -f " + text + " -c 128 --chunks 1";
+  // No model is loaded: nothing of the run is printed before the error.
+  for (const auto& [arg, what] : std::vector<std::pair<std::string, std::string>>{
+           {"--json ''", "--json: expected a path, got an empty string"},
+           {"--json /proc/version", "--json /proc/version: cannot write a file in /proc"},
+           {"--json " + tmp.path().string(), "is a directory, expected a file path"}}) {
+    auto r = run_dspark(ppl + " " + arg, tmp);
+    expect_one_line_error(r, what);
+    EXPECT_EQ(r.out.find("estimate"), std::string::npos) << r.out;
+  }
+  expect_one_line_error(run_dspark("init-drafter -m smollm2 --out ''", tmp), "--out: expected a path");
+}
+
 TEST_F(Cli, DrafterForAnotherTargetIsRefused) {
   const auto tiny = tmp.path() / "tiny.gguf";
   write_tiny_llama(tiny.string(), 3);

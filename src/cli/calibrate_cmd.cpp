@@ -47,7 +47,7 @@ class CalibrateCommand : public Command {
                                     "fit on verify rounds recorded earlier (--save-rounds) instead of decoding prompts");
     prompts->excludes(rounds);
     rounds->excludes(prompts);
-    app_->add_option("--save-rounds", rounds_out_, "also write the recorded verify rounds to this JSONL file");
+    app_->add_option("--save-rounds", rounds_out_, "also write the recorded verify rounds to this JSONL file")->check(path_text());
     app_->add_option("-n,--n-predict", n_predict_, "tokens generated per prompt")
         ->check(positive_integer())
         ->capture_default_str();
@@ -60,7 +60,8 @@ class CalibrateCommand : public Command {
     app_->add_option("--bins", bins_, "ECE bins (equal width)")->check(integer_in(2, 100))->capture_default_str();
     app_->add_option("--plot", plot_,
                      "reliability diagram: a .png path (an .svg with labels is written next to it) "
-                     "or an .svg path");
+                     "or an .svg path")
+        ->check(path_text());
     app_->add_flag("--raw", raw_, "do not apply the chat template");
     app_->add_flag("--dry-run", dry_run_, "report only; do not modify dspark.json");
   }

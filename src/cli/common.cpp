@@ -2,9 +2,14 @@
 
 #include <ATen/Parallel.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <optional>
@@ -73,6 +78,22 @@ void prepare_output_file(const std::string& path, const std::string& option) {
       throw Error(option + " " + path + ": cannot create directory " + parent.string() +
                   (ec ? " (" + ec.message() + ")" : std::string()));
   }
+  // The file is written atomically (a temporary file beside it, renamed):
+  // try that directory now rather than after the work.
+  const std::string probe =
+      ((parent.empty() ? fs::path(".") : parent) / (".dspark-probe." + std::to_string(::getpid()))).string();
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0)
+    throw Error(option + " " + path + ": cannot write a file in " + (parent.empty() ? "." : parent.string()) +
+                " (" + std::strerror(errno) + ")");
+  ::close(fd);
+  ::unlink(probe.c_str());
+}
+
+CLI::Validator path_text() {
+  return CLI::Validator(
+      [](std::string& v) -> std::string { return v.empty() ? "expected a path, got an empty string" : ""; },
+      "PATH");
 }
 
 CLI::Validator positive_integer() { return integer_at_least(1, "a positive integer"); }

@@ -39,8 +39,12 @@ CLI::Validator non_negative_integer();
 CLI::Validator integer_in(int64_t lo, int64_t hi);
 CLI::Validator number_in(double lo, double hi);
 
+/// Refuses an empty value: "expected a path, got an empty string".
+CLI::Validator path_text();
+
 /// Checks, before any long work, that `path` can be written as a file:
-/// not a directory, its parent directories creatable (they are created).
+/// not a directory, its parent directories creatable (they are created),
+/// a file creatable in its directory (a probe file, removed at once).
 /// Throws dspark::Error naming `option` and the path.
 void prepare_output_file(const std::string& path, const std::string& option);
 

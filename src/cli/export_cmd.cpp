@@ -24,7 +24,7 @@ class ExportCommand : public Command {
     app_->add_option("--format", format_, "gguf (one .gguf file) or hf (a directory)")
         ->check(CLI::IsMember({"gguf", "hf"}))
         ->required();
-    app_->add_option("-o,--out", out_, "output file (gguf) or directory (hf)")->required();
+    app_->add_option("-o,--out", out_, "output file (gguf) or directory (hf)")->check(path_text())->required();
     app_->add_option("--mask-row", opts_.mask_row,
                      "token row that holds a learned mask embedding (default: the target's mask token, else its "
                      "highest-id control token not used as a special token or in the chat template)")

@@ -24,7 +24,7 @@ class ExportDataCommand : public Command {
     app_->add_option("--format", format_, "deepspec (role/content turns) or sharegpt (from/value turns)")
         ->check(CLI::IsMember({"deepspec", "sharegpt"}))
         ->capture_default_str();
-    app_->add_option("-o,--out", out_, "output JSONL file")->required();
+    app_->add_option("-o,--out", out_, "output JSONL file")->check(path_text())->required();
     app_->add_flag("--drop-unfinished", opts_.drop_unfinished,
                    "leave out responses cut by the length limit (no end-of-turn token)");
     app_->add_flag("--force", force_, "replace an existing --out");

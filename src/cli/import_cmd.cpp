@@ -22,7 +22,7 @@ class ImportCommand : public Command {
     app_->add_option("--format", format_, "auto (by content), gguf or hf")
         ->check(CLI::IsMember({"auto", "gguf", "hf"}))
         ->capture_default_str();
-    app_->add_option("-o,--out", out_, "output drafter directory")->required();
+    app_->add_option("-o,--out", out_, "output drafter directory")->check(path_text())->required();
     app_->add_flag("--force", force_, "replace a drafter already in --out");
   }
   CLI::App* app() const { return app_; }

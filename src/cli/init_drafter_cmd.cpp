@@ -14,7 +14,7 @@ class InitDrafterCommand : public Command {
   explicit InitDrafterCommand(CLI::App& parent) {
     app_ = parent.add_subcommand("init-drafter", "write a randomly initialized DSpark drafter");
     model_.add(*app_);
-    app_->add_option("--out", out_, "output directory")->required();
+    app_->add_option("--out", out_, "output directory")->check(path_text())->required();
     app_->add_option("--head", head_, "sequential head: none, markov, gated, rnn, elman")
         ->capture_default_str();
     app_->add_option("--layers", cfg_.n_layers, "draft layers")->capture_default_str();

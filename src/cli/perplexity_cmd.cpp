@@ -26,7 +26,7 @@ class PerplexityCommand : public Command {
     app_->get_option("--ctx-size")->description("tokens per chunk (default 512, as llama-perplexity; 0 = the model's context)");
     app_->add_option("-f,--file", file_, "text file to score")->required();
     app_->add_option("--chunks", chunks_, "score at most N chunks (default: all)")->check(positive_integer());
-    app_->add_option("--json", json_out_, "also write the result as JSON to this file");
+    app_->add_option("--json", json_out_, "also write the result as JSON to this file")->check(path_text());
   }
   CLI::App* app() const { return app_; }
 

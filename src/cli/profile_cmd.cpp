@@ -29,7 +29,7 @@ class ProfileCommand : public Command {
                      "also measure R sequences sharing B tokens (1 = single sequence only)")
         ->check(integer_in(1, 1024))
         ->capture_default_str();
-    app_->add_option("--out", out_, "output file (default: $DSPARK_HOME/profiles/<model id>.json)");
+    app_->add_option("--out", out_, "output file (default: $DSPARK_HOME/profiles/<model id>.json)")->check(path_text());
   }
   CLI::App* app() const { return app_; }
 

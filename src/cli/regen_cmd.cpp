@@ -43,7 +43,7 @@ class RegenCommand : public Command {
         "regen", "generate drafter training data: the target answers every prompt itself");
     model_.add(*app_);
     app_->add_option("--prompts", prompts_, "JSONL file with 'id', 'prompt' (and 'kind')")->required();
-    app_->add_option("--out", out_, "output directory (resumed when it exists)")->required();
+    app_->add_option("--out", out_, "output directory (resumed when it exists)")->check(path_text())->required();
     app_->add_option("-n,--n-predict", opts_.n_predict, "maximum response tokens")
         ->check(positive_integer())
         ->capture_default_str();

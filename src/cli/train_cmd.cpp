@@ -22,7 +22,7 @@ class TrainCommand : public Command {
     model_.add(*app_);
     auto& c = cfg_;
     app_->add_option("--data", c.data_dir, "data set directory (dspark regen --out)")->required();
-    out_opt_ = app_->add_option("--out", c.out_dir, "output directory (drafter, checkpoints, metrics.jsonl)");
+    out_opt_ = app_->add_option("--out", c.out_dir, "output directory (drafter, checkpoints, metrics.jsonl)")->check(path_text());
     app_->add_option("--init", c.init_drafter, "start from this drafter directory (default: a fresh drafter)");
     app_->add_option("--head", head_, "sequential head of a fresh drafter: none, markov, gated, rnn, elman")
         ->capture_default_str();
