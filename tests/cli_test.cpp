@@ -526,6 +526,21 @@ TEST_F(Cli, OutputPathsAreCheckedBeforeTheWork) {
   expect_one_line_error(run_dspark("init-drafter -m smollm2 --out ''", tmp), "--out: expected a path");
 }
 
+TEST_F(Cli, MissingShippedDrafterIsWarnedAbout) {
+  // DSPARK_DRAFTERS replaces the places searched for an alias's drafter.
+  const std::string empty = (tmp.path() / "no-drafters").string();
+  std::filesystem::create_directories(empty);
+  auto r = run_dspark("generate -m smollm2 -p hi -n 4 --temp 0 --lookup-ngram 0", tmp, "DSPARK_DRAFTERS=" + empty + " ");
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find("warning: no drafter for 'smollm2' in " + empty + "/"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("tau"), std::string::npos) << r.err;
+  r = run_dspark("generate -m smollm2 -p hi -n 4 --temp 0 --lookup-ngram 0", tmp,
+                 "DSPARK_DRAFTERS=" DSPARK_SOURCE_DIR "/drafters ");
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.err.find("warning"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("tau"), std::string::npos) << r.err;
+}
+
 TEST_F(Cli, DrafterForAnotherTargetIsRefused) {
   const auto tiny = tmp.path() / "tiny.gguf";
   write_tiny_llama(tiny.string(), 3);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <sstream>
@@ -57,16 +58,27 @@ void DrafterOptions::add(CLI::App& app, bool with_schedule) {
 }
 
 namespace {
-const std::vector<std::string>& drafter_bases() {
-  static const std::vector<std::string> bases = {std::string(DSPARK_DATA_DIR) + "/drafters/", "drafters/"};
-  return bases;
+// Where shipped drafters (<base>/<model alias>/) are looked for: $DSPARK_DRAFTERS
+// alone when set, else the source tree's drafters/ and ./drafters/.
+std::vector<std::string> drafter_bases() {
+  if (const char* env = std::getenv("DSPARK_DRAFTERS"); env != nullptr && *env != '\0') return {env};
+  return {std::string(DSPARK_DATA_DIR) + "/drafters", "drafters"};
+}
+
+std::string joined_bases() {
+  std::string s;
+  for (const std::string& b : drafter_bases()) s += (s.empty() ? "" : ", ") + b + "/";
+  return s;
 }
 }  // namespace
 
+bool is_alias(const std::string& model_arg) {
+  return model_arg.find('/') == std::string::npos && model_arg.find(".gguf") == std::string::npos;
+}
+
 std::string shipped_drafter_dir(const std::string& model_arg) {
   namespace fs = std::filesystem;
-  if (model_arg.find('/') != std::string::npos || model_arg.find(".gguf") != std::string::npos)
-    return "";
+  if (!is_alias(model_arg)) return "";
   for (const std::string& base : drafter_bases()) {
     const fs::path p = fs::path(base) / model_arg;
     if (fs::exists(p / "dspark.json")) return p.string();
@@ -101,7 +113,13 @@ std::unique_ptr<Drafter> DrafterOptions::load(const std::string& model_arg, cons
   if (dir == "auto") {
     dir = shipped_drafter_dir(model_arg);
     if (dir.empty()) dir = shipped_drafter_for_target(target.info().id);
-    if (dir.empty()) return nullptr;
+    if (dir.empty()) {
+      // An alias has a drafter shipped with the source: say that it is missing.
+      if (is_alias(model_arg))
+        std::cerr << "warning: no drafter for '" << model_arg << "' in " << joined_bases()
+                  << " (DSPARK_DRAFTERS may name the directory that holds it); decoding without one\n";
+      return nullptr;
+    }
   }
   resolved_dir_ = dir;
   auto d = std::make_unique<Drafter>(load_drafter(dir));

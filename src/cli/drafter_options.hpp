@@ -72,7 +72,12 @@ struct DrafterOptions {
   mutable std::optional<std::vector<double>> measured_sps_;  // the default profile, read or measured by spec()
 };
 
-/// Directory of the drafter shipped for a model alias, or "" when none.
+/// True when `model_arg` names a model by alias (smollm2), not by file.
+bool is_alias(const std::string& model_arg);
+
+/// Directory of the drafter shipped for a model alias, or "" when none:
+/// <base>/<alias>/ for the bases $DSPARK_DRAFTERS (alone, when set), else the
+/// source tree's drafters/ and ./drafters/.
 std::string shipped_drafter_dir(const std::string& model_arg);
 
 /// Directory of a shipped drafter whose dspark.json names `target_id` (a
