@@ -17,6 +17,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "app.hpp"
@@ -190,14 +191,17 @@ std::pair<bool, py::bytes> poll(serve::Request& req, int timeout_ms) {
   return {ended, py::bytes(text)};
 }
 
-int run_cli(const std::vector<std::string>& args) {
+/// (exit status, whether an argument's value was refused): cli::run.
+std::pair<int, bool> run_cli(const std::vector<std::string>& args) {
   std::vector<std::string> own = {"dspark"};
   own.insert(own.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (auto& a : own) argv.push_back(a.data());
   argv.push_back(nullptr);
   py::gil_scoped_release nogil;
-  return cli::run(static_cast<int>(own.size()), argv.data());
+  bool invalid = false;
+  const int rc = cli::run(static_cast<int>(own.size()), argv.data(), &invalid);
+  return {rc, invalid};
 }
 
 /// The calibration report of the rounds in a JSONL file (`dspark calibrate
@@ -292,6 +296,6 @@ PYBIND11_MODULE(_core, m) {
       .def("load", &Model::load)
       .def("info", &Model::info);
 
-  m.def("cli", &run_cli, py::arg("args"), "Runs the `dspark` command line in-process; returns its exit status.");
+  m.def("cli", &run_cli, py::arg("args"), "Runs the `dspark` command line in-process; returns (exit status, whether an argument was refused).");
   m.def("sts_report", &sts_report, py::arg("rounds_path"), py::arg("gamma"), py::arg("target"), py::arg("bins"));
 }

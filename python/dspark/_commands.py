@@ -33,17 +33,25 @@ def _capture_fd(fd: int, sink: list):
 
 def cli(args: Sequence[str], capture: bool = True) -> str:
     """Runs `dspark ARGS...` in-process and returns what it printed on stdout.
-    Raises DsparkError with the command's error message when it fails (exit
-    status 2: bad input; 1: internal error). With capture=False the output
-    goes to the process's stdout and "" is returned."""
+    Raises ValueError when an argument's value is refused (e.g. "top_p must
+    be in (0, 1], got 9"), else DsparkError with the command's error message
+    (a missing or bad file, a failure of the work; exit status 2 or 1).
+    With capture=False the output goes to the process's stdout and "" is
+    returned."""
+    return _run(args, capture)
+
+
+def _run(args: Sequence[str], capture: bool = True, names: dict[str, str] | None = None) -> str:
+    """cli(); `names` maps the options a function passes to its keywords,
+    which a refused value's message then names instead."""
     args = [str(a) for a in args]
     if not capture:
-        rc = _core.cli(args)
+        rc, invalid = _core.cli(args)
         out, err = "", ""
     else:
         outs, errs = [], []
         with _capture_fd(1, outs), _capture_fd(2, errs):
-            rc = _core.cli(args)
+            rc, invalid = _core.cli(args)
         out, err = outs[0], errs[0]
     if rc != 0:
         lines = [ln for ln in err.splitlines() if ln.strip()]
@@ -51,8 +59,16 @@ def cli(args: Sequence[str], capture: bool = True) -> str:
         for prefix in ("error: ", "internal error: "):
             if message.startswith(prefix):
                 message = message[len(prefix):]
+        if invalid:
+            option, sep, rest = message.partition(": ")
+            key = (names or {}).get(option)
+            raise ValueError(f"{key}: {rest}" if key and sep else message)
         raise _core.DsparkError(message)
     return out
+
+
+# Options the functions below pass, by the name the command's messages use.
+_MODEL_NAMES = {"--model": "model", "--threads": "threads", "--compute": "compute", "--drafter": "drafter"}
 
 
 def _model_args(model: str, threads: int, compute: str) -> list[str]:
@@ -82,7 +98,9 @@ def bench(
             "-n", max_tokens, "--runs", runs, "--limit", limit, "--temp", temperature, "--json"]
     if raw:
         args.append("--raw")
-    return json.loads(cli(args))
+    names = {**_MODEL_NAMES, "--prompts": "prompts", "--n-predict": "max_tokens", "--runs": "runs",
+             "--limit": "limit", "--temp": "temperature"}
+    return json.loads(_run(args, names=names))
 
 
 def calibrate(
@@ -111,15 +129,19 @@ def calibrate(
             args += [flag, value]
     if dry_run:
         args.append("--dry-run")
-    return cli(args)
+    names = {**_MODEL_NAMES, "--prompts": "prompts", "--rounds": "rounds", "--save-rounds": "save_rounds",
+             "--n-predict": "max_tokens", "--limit": "limit", "--target-precision": "target_precision",
+             "--plot": "plot"}
+    return _run(args, names=names)
 
 
 def profile(out: str, model: str = "smollm2", bmax: int = 16, context: int = 256, reps: int = 3,
             threads: int = 2, compute: str = "quant") -> dict:
     """`dspark profile`: measures SPS(B), target steps per second at B verify
     tokens, writes the profile JSON to `out` and returns it."""
-    cli(["profile", *_model_args(model, threads, compute), "--bmax", bmax, "--context", context,
-         "--reps", reps, "--out", out])
+    _run(["profile", *_model_args(model, threads, compute), "--bmax", bmax, "--context", context,
+          "--reps", reps, "--out", out],
+         names={**_MODEL_NAMES, "--bmax": "bmax", "--context": "context", "--reps": "reps", "--out": "out"})
     with open(out, encoding="utf-8") as f:
         return json.load(f)
 
@@ -132,7 +154,8 @@ def init_drafter(out: str, model: str = "smollm2", head: str = "markov", layers:
             "--seed", seed]
     if force:
         args.append("--force")
-    cli(args)
+    _run(args, names={"--model": "model", "--out": "out", "--head": "head", "--layers": "layers", "--gamma": "gamma",
+                      "--seed": "seed"})
     return out
 
 

@@ -26,7 +26,12 @@ std::unique_ptr<Command> make_export(CLI::App& app, CLI::App*& sub);
 std::unique_ptr<Command> make_import(CLI::App& app, CLI::App*& sub);
 std::unique_ptr<Command> make_export_data(CLI::App& app, CLI::App*& sub);
 
-int run(int argc, char** argv) {
+int run(int argc, char** argv, bool* invalid_argument) {
+  if (invalid_argument) *invalid_argument = false;
+  const auto refused = [&] {
+    if (invalid_argument) *invalid_argument = true;
+    return 2;
+  };
   CLI::App app{"dspark: DSpark speculative decoding engine"};
   // The kernel level is fixed for the process (DSPARK_KERNELS may force a
   // lower one): refuse a bad choice before any work.
@@ -62,7 +67,7 @@ int run(int argc, char** argv) {
     }
     if (!known) {
       std::cerr << "error: unknown command '" << argv[1] << "' (expected one of: " << names << ")\n";
-      return 2;
+      return refused();
     }
   }
   try {
@@ -75,7 +80,7 @@ int run(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     std::cerr << "error: " << e.what() << "\n";
-    return 2;
+    return refused();
   }
   try {
     for (auto& [sub, cmd] : commands) {
@@ -88,6 +93,9 @@ int run(int argc, char** argv) {
                             (errno != 0 ? std::strerror(errno) : "write error"));
       return rc;
     }
+  } catch (const dspark::InvalidArgument& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return refused();
   } catch (const dspark::Error& e) {
     std::cerr << "error: " << e.what() << "\n";
     return 2;

@@ -62,6 +62,16 @@ def test_profile_and_sps_plot(tmp_path):
 def test_cli_errors_raise(prompts_file):
     with pytest.raises(dspark.DsparkError, match="nonexistent"):
         dspark.bench("/nonexistent/prompts.jsonl")
+    # A refused value is a ValueError, naming the function's keyword where
+    # the command names its option.
+    for kwargs, message in (({"max_tokens": 0}, r"^max_tokens: expected a positive integer, got '0'"),
+                            ({"limit": -1}, r"^limit: "), ({"runs": 0}, r"^runs: ")):
+        with pytest.raises(ValueError, match=message):
+            dspark.bench(prompts_file, **kwargs)
+    with pytest.raises(ValueError, match=r"top_p must be in \(0, 1\], got 9"):
+        dspark.cli(["generate", "-p", "hi", "--top-p", "9"])
+    with pytest.raises(ValueError, match=r"gamma must be in \[1, 32\], got 0"):
+        dspark.init_drafter("/nonexistent/out", gamma=0)
 
 
 def test_quickstart_example_runs(tmp_path):
