@@ -191,6 +191,11 @@ TEST(ServeApi, ParsesChatMessages) {
   EXPECT_EQ(r.messages[0].role, "system");
   EXPECT_EQ(r.messages[2].content, "Hello!");
   EXPECT_EQ(r.max_tokens, 5);
+  // An integer beyond int64 (parsed as a float) is held at the limit, where
+  // the context check refuses it with the context's length.
+  const ApiRequest huge = parse_request(R"({"prompt": "x", "max_tokens": 99999999999999999999})",
+                                        Endpoint::Completions, SamplingParams{});
+  EXPECT_EQ(huge.max_tokens, std::numeric_limits<int64_t>::max());
 }
 
 TEST(ServeApi, RejectsBadRequestsNamingTheField) {

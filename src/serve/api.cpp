@@ -34,10 +34,16 @@ std::optional<int64_t> get_int(const json& j, const char* key) {
                : static_cast<int64_t>(u);
   }
   if (v->is_number_integer()) return v->get<int64_t>();
-  // 16.0 is an integer written as a float; 16.5 is not.
+  // 16.0 is an integer written as a float; 16.5 is not. An integer beyond
+  // int64 arrives as a float too, and is held at the int64 limits as the
+  // unsigned ones are (the range checks then say what the limit is).
   if (v->is_number_float()) {
     const double d = v->get<double>();
-    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.0e15) return static_cast<int64_t>(d);
+    if (std::isfinite(d) && d == std::floor(d)) {
+      if (d >= 9.2e18) return std::numeric_limits<int64_t>::max();
+      if (d <= -9.2e18) return std::numeric_limits<int64_t>::min();
+      return static_cast<int64_t>(d);
+    }
   }
   wrong_type(key, "an integer", *v);
 }
