@@ -25,12 +25,17 @@ std::string clock_text(double s) {
 }
 
 std::string progress_text(const train::RegenProgress& p) {
-  char buf[200];
-  std::snprintf(buf, sizeof buf, "%lld/%lld prompts | %lld stored, %lld dropped | %lld shards | %.1f tok/s | ETA %s",
+  char buf[200], rate[32];
+  // The rate after the first second (tokens_per_s() is 0 before).
+  if (p.elapsed_s >= 1.0)
+    std::snprintf(rate, sizeof rate, "%.1f", p.tokens_per_s());
+  else
+    std::snprintf(rate, sizeof rate, "?");
+  std::snprintf(buf, sizeof buf, "%lld/%lld prompts | %lld stored, %lld dropped | %lld shards | %s tok/s | ETA %s",
                 static_cast<long long>(p.done), static_cast<long long>(p.total),
                 static_cast<long long>(p.stored), static_cast<long long>(p.dropped),
-                static_cast<long long>(p.shards), p.tokens_per_s(),
-                p.eta_s() > 0 ? clock_text(p.eta_s()).c_str() : "?");
+                static_cast<long long>(p.shards), rate,
+                p.eta_s() > 0 && p.done < p.total ? clock_text(p.eta_s()).c_str() : p.done < p.total ? "?" : "done");
   return buf;
 }
 
