@@ -25,7 +25,7 @@ case "$kind" in
   tsan)
     dir=${SAN_BUILD_DIR:-build-tsan}
     flags=thread
-    select=(-R '^(ServeEngine|ServeApi|ServeOpenAI|StopMatcher|ChunkedPrefill|PeerSocket)\.')
+    select=(-R '^(ServeEngine|ServeApi|ServeOpenAI|StopMatcher|ChunkedPrefill|PeerSocket)$')
     export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$root/tests/sanitizers/tsan.supp"
     export DSPARK_TEST_SLOWDOWN=${DSPARK_TEST_SLOWDOWN:-15}
     export OMP_NUM_THREADS=1  # see tests/sanitizers/tsan.supp
