@@ -32,6 +32,9 @@ pip_ensure scikit_build_core "$SCIKIT_BUILD_CORE_PIP"
 pip_ensure pybind11 "$PYBIND11_PIP"
 pip_ensure matplotlib "$MATPLOTLIB_PIP"
 pip_ensure pytest "$PYTEST_PIP"
+# llama.cpp's GGUF library: the build writes the tiny Qwen3 test GGUFs with it
+# (scripts/golden/qwen3_tiny.py).
+pip_ensure gguf "$GGUF_PIP"
 
 "$here/fetch_model.sh" smollm2
 "$here/fetch_model.sh" gemma3

