@@ -29,10 +29,13 @@ python: cli
 cuda: setup
 	scripts/setup_cuda.sh build-cuda
 
-# Per-test time limits: 20 minutes for the default slice; the exhaustive sweeps
-# (e.g. 20,000-sample chi-square tests, about 25 minutes each) get 90.
+# One CTest test per GoogleTest suite, JOBS at a time (much of a test is
+# process start-up, model loading and waiting on a server or client, so 2 run
+# well on 2 cores). Per-test time limits: 20 minutes for the default slice;
+# the exhaustive sweeps (e.g. 20,000-sample chi-square tests, about 25 minutes
+# each) get 90 and run one at a time.
 test: build python
-	cd $(BUILD_DIR) && ctest --output-on-failure -j 1 --timeout 1200
+	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 1200
 	DSPARK=$(DSPARK) python3 -m pytest -q tests/python
 
 test-full: build python
