@@ -36,11 +36,7 @@
 
 namespace dspark::spectest {
 
-/// True when the exhaustive sweeps are requested (DSPARK_TEST_FULL=1).
-inline bool full_mode() {
-  const char* v = std::getenv("DSPARK_TEST_FULL");
-  return v != nullptr && *v != '\0' && std::string(v) != "0";
-}
+using test::full_mode;
 
 /// True in a per-kernel-level run (CMakeLists.txt's kernel_level.* tests set
 /// DSPARK_LEVEL_RUN): the whole suite again on a lower, often scalar, level.

@@ -53,6 +53,13 @@ inline int slowdown() {
   return k >= 1 ? k : 1;
 }
 
+/// True when the exhaustive sweeps are requested (DSPARK_TEST_FULL=1,
+/// make test-full).
+inline bool full_mode() {
+  const char* v = std::getenv("DSPARK_TEST_FULL");
+  return v != nullptr && *v != '\0' && std::string(v) != "0";
+}
+
 /// $DSPARK_HOME (default $HOME/.cache/dspark) + "/models/" + file.
 inline std::string models_file(const std::string& file) {
   std::string home;
