@@ -25,5 +25,9 @@ foreach(line IN LISTS lines)
     set_tests_properties("${suite}" PROPERTIES
                          WORKING_DIRECTORY "${DSPARK_TEST_WORKDIR}"
                          ENVIRONMENT "GOMP_SPINCOUNT=1000")
+    list(FIND DSPARK_LONG_SUITES "${suite}" long)
+    if(long GREATER -1)
+      set_tests_properties("${suite}" PROPERTIES COST 500)
+    endif()
   endif()
 endforeach()
