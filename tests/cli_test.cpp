@@ -367,6 +367,17 @@ TEST_F(Cli, SeedGivesTheSameTokensWithAndWithoutADrafter) {
   EXPECT_EQ(nlohmann::json::parse(unseeded.out).at("sampling_rule"), "rejection");
 }
 
+TEST_F(Cli, DrafterOptionsWithoutADrafterAreReported) {
+  // --gamma and the pruning options set a drafter's blocks: without one they
+  // do nothing, and the user is told so (the output is still plain decoding).
+  const auto r = run_dspark("generate -m smollm2 -p hi -n 2 --temp 0 --drafter none --gamma 4 --min-conf 0.5", tmp);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find("warning: --gamma, --min-conf ignored with --drafter none"), std::string::npos) << r.err;
+  const auto quiet = run_dspark("generate -m smollm2 -p hi -n 2 --temp 0 --drafter none", tmp);
+  ASSERT_EQ(quiet.status, 0) << quiet.err;
+  EXPECT_EQ(quiet.err.find("ignored with"), std::string::npos) << quiet.err;
+}
+
 TEST_F(Cli, OneTokenHasNoDecodeRate) {
   // The only token comes from the prefill call: there is no decode rate to report.
   auto r = run_dspark("generate -m smollm2 -p hi -n 1 --drafter none", tmp);

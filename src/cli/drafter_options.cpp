@@ -22,14 +22,16 @@ void DrafterOptions::add(CLI::App& app, bool with_schedule) {
                  "drafter directory, 'none' for plain decoding, or 'auto' (the drafter shipped for "
                  "the model, if any)")
       ->capture_default_str();
-  app.add_option("--gamma", gamma, "draft block size γ (0 = the drafter's)")
-      ->check(integer_in(0, kMaxGamma));
-  app.add_option("--min-conf", min_conf, "uniform confidence threshold for pruning (overrides calibration)")
-      ->check(number_in(0.0, 1.0));
+  drafter_only_opts_ = {
+      app.add_option("--gamma", gamma, "draft block size γ (0 = the drafter's)")->check(integer_in(0, kMaxGamma)),
+      app.add_option("--min-conf", min_conf, "uniform confidence threshold for pruning (overrides calibration)")
+          ->check(number_in(0.0, 1.0))};
   thresholds_opt_ = app.add_option("--thresholds", thresholds,
                                    "per-position confidence thresholds a,b,... ('none' disables calibration "
                                    "thresholds)");
-  app.add_flag("--no-prune", no_prune, "verify every drafted token (no confidence pruning)");
+  drafter_only_opts_.push_back(thresholds_opt_);
+  drafter_only_opts_.push_back(
+      app.add_flag("--no-prune", no_prune, "verify every drafted token (no confidence pruning)"));
   lookup_opt_ = app.add_option("--lookup-ngram", lookup.min_ngram,
                  "prompt-lookup drafts: shortest n-gram of the text so far matched earlier in it; a "
                  "match drafts what followed it, other rounds use the drafter (0 = off; on by default "
@@ -109,7 +111,10 @@ std::unique_ptr<Drafter> DrafterOptions::load(const std::string& model_arg, cons
   profile_key_ = sps_profile_key(target.info());
   std::string dir = drafter;
   if (dir.empty()) throw InvalidArgument("--drafter: expected a directory, 'none' or 'auto', got an empty string");
-  if (dir == "none") return nullptr;
+  if (dir == "none") {
+    warn_unused_drafter_options("--drafter none");
+    return nullptr;
+  }
   if (dir == "auto") {
     dir = shipped_drafter_dir(model_arg);
     if (dir.empty()) dir = shipped_drafter_for_target(target.info().id);
@@ -118,6 +123,7 @@ std::unique_ptr<Drafter> DrafterOptions::load(const std::string& model_arg, cons
       if (is_alias(model_arg))
         std::cerr << "warning: no drafter for '" << model_arg << "' in " << joined_bases()
                   << " (DSPARK_DRAFTERS may name the directory that holds it); decoding without one\n";
+      warn_unused_drafter_options("no drafter");
       return nullptr;
     }
   }
@@ -127,6 +133,14 @@ std::unique_ptr<Drafter> DrafterOptions::load(const std::string& model_arg, cons
   d->bind(target, target.info().compute == "quant");
   drafter_gamma_ = d->gamma();
   return d;
+}
+
+void DrafterOptions::warn_unused_drafter_options(const std::string& why) const {
+  std::string given;
+  for (const CLI::Option* o : drafter_only_opts_)
+    if (o != nullptr && o->count() > 0) given += (given.empty() ? "" : ", ") + o->get_name();
+  if (!given.empty())
+    std::cerr << "warning: " << given << " ignored with " << why << " (they set a drafter's blocks and pruning)\n";
 }
 
 std::string DrafterOptions::profile_path() const {

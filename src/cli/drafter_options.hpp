@@ -4,6 +4,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common.hpp"
 #include "dspark/speculative/drafter.hpp"
@@ -46,6 +47,9 @@ struct DrafterOptions {
   /// `model_arg` is the -m value (used by "auto"). Throws Error / FormatError.
   /// Records the target id for the default SPS profile path of spec().
   std::unique_ptr<Drafter> load(const std::string& model_arg, const TargetModel& target) const;
+  /// Warns on stderr when --gamma, --min-conf, --thresholds or --no-prune was
+  /// given but no drafter runs (`why`: "--drafter none", "no drafter").
+  void warn_unused_drafter_options(const std::string& why) const;
   /// Throws InvalidArgument for conflicting options and Error when the SPS
   /// profile of --schedule sps is missing ("run dspark profile").
   /// With `target`, "auto", a drafter loaded, no pruning flags and no
@@ -63,6 +67,7 @@ struct DrafterOptions {
   std::string profile_path() const;  // the default profile of profile_key_ at this thread count
 
   CLI::Option* thresholds_opt_ = nullptr;  // set by add(): tells "--thresholds ''" from no option
+  std::vector<CLI::Option*> drafter_only_opts_;  // set by add(): options that need a drafter
   CLI::Option* lookup_opt_ = nullptr;      // set by add(): whether --lookup-ngram was given
   CLI::Option* lookup_max_opt_ = nullptr;  // set by add(): whether --lookup-ngram-max was given
   mutable std::string target_id_;     // set by load()
