@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <iostream>
 #include <sstream>
+#include <utility>
 
 #include <unistd.h>
 
@@ -112,7 +113,7 @@ std::unique_ptr<Drafter> DrafterOptions::load(const std::string& model_arg, cons
   std::string dir = drafter;
   if (dir.empty()) throw InvalidArgument("--drafter: expected a directory, 'none' or 'auto', got an empty string");
   if (dir == "none") {
-    warn_unused_drafter_options("--drafter none");
+    no_drafter_why_ = "--drafter none";
     return nullptr;
   }
   if (dir == "auto") {
@@ -123,7 +124,7 @@ std::unique_ptr<Drafter> DrafterOptions::load(const std::string& model_arg, cons
       if (is_alias(model_arg))
         std::cerr << "warning: no drafter for '" << model_arg << "' in " << joined_bases()
                   << " (DSPARK_DRAFTERS may name the directory that holds it); decoding without one\n";
-      warn_unused_drafter_options("no drafter");
+      no_drafter_why_ = "no drafter";
       return nullptr;
     }
   }
@@ -231,6 +232,8 @@ SpecOptions DrafterOptions::spec(TargetModel* target) const {
     }
     s.thresholds = v;
   }
+  // Said once every option is known to be valid (errors come alone).
+  if (!no_drafter_why_.empty()) warn_unused_drafter_options(std::exchange(no_drafter_why_, ""));
   return s;
 }
 

@@ -48,7 +48,8 @@ struct DrafterOptions {
   /// Records the target id for the default SPS profile path of spec().
   std::unique_ptr<Drafter> load(const std::string& model_arg, const TargetModel& target) const;
   /// Warns on stderr when --gamma, --min-conf, --thresholds or --no-prune was
-  /// given but no drafter runs (`why`: "--drafter none", "no drafter").
+  /// given but no drafter runs (`why`: "--drafter none", "no drafter"); spec()
+  /// calls it after load() found no drafter.
   void warn_unused_drafter_options(const std::string& why) const;
   /// Throws InvalidArgument for conflicting options and Error when the SPS
   /// profile of --schedule sps is missing ("run dspark profile").
@@ -68,6 +69,7 @@ struct DrafterOptions {
 
   CLI::Option* thresholds_opt_ = nullptr;  // set by add(): tells "--thresholds ''" from no option
   std::vector<CLI::Option*> drafter_only_opts_;  // set by add(): options that need a drafter
+  mutable std::string no_drafter_why_;            // set by load() when no drafter runs
   CLI::Option* lookup_opt_ = nullptr;      // set by add(): whether --lookup-ngram was given
   CLI::Option* lookup_max_opt_ = nullptr;  // set by add(): whether --lookup-ngram-max was given
   mutable std::string target_id_;     // set by load()
