@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.util
 import json
 import math
 import os
@@ -227,9 +228,7 @@ def main() -> int:
     ap.add_argument("--golden", type=Path, default=GOLDEN, help="golden.safetensors recording the digests")
     ap.add_argument("--no-check", action="store_true", help="skip the digest check (while making goldens)")
     args = ap.parse_args()
-    try:
-        import gguf  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("gguf") is None:
         sys.exit("qwen3_tiny: needs the Python package gguf (GGUF_PIP in scripts/versions.env; make setup)")
     tok = load_tokenizer(args.tokenizer)
     w = weights(len(tok["tokens"]))
