@@ -218,6 +218,10 @@ TEST_F(Cli, PromptLongerThanContext) {
   for (int i = 0; i < 60; ++i) long_prompt += "word ";
   expect_one_line_error(run_dspark("generate -m smollm2 -c 32 -p '" + long_prompt + "'", tmp),
                         "prompt too long");
+  // One token in a context of one: what is needed is said in numbers.
+  expect_one_line_error(run_dspark("generate -m smollm2 -c 1 -p hi", tmp),
+                        "prompt too long: 1 token and a context of 1; the context holds the prompt and at least one "
+                        "generated token, so it needs at least 2 (or a shorter prompt)");
 }
 
 TEST_F(Cli, InvalidSamplingParameters) {
@@ -282,7 +286,7 @@ TEST_F(Cli, TopKMinusOneMeansOffAsInTheServer) {
 TEST_F(Cli, BudgetBeyondTheContextIsWarnedAbout) {
   auto r = run_dspark("generate -m smollm2 -p 'Count: one, two, three' -c 12 -n 100000000 --temp 0 --drafter none", tmp);
   ASSERT_EQ(r.status, 0) << r.err;
-  EXPECT_EQ(r.err.rfind("warning: -n 100000000 is more than the context of 12 tokens leaves after the ", 0), 0u) << r.err;
+  EXPECT_EQ(r.err.rfind("warning: -n 100000000 asks for more tokens than fit: a context of 12 holds the ", 0), 0u) << r.err;
   auto fits = run_dspark("generate -m smollm2 -p 'Count: one, two, three' -c 64 -n 4 --temp 0 --drafter none", tmp);
   ASSERT_EQ(fits.status, 0) << fits.err;
   EXPECT_EQ(fits.err.find("warning"), std::string::npos) << fits.err;

@@ -75,8 +75,9 @@ int GenerateCommand::run() {
   // The last generated token need not enter the KV cache: ctx - P + 1 fit.
   const int64_t room = ctx - static_cast<int64_t>(prompt.size()) + 1;
   if (n_predict_ > room && room > 1)
-    std::cerr << "warning: -n " << n_predict_ << " is more than the context of " << ctx << " tokens leaves after the "
-              << prompt.size() << "-token prompt (" << room << "); generation ends when the context is full\n";
+    std::cerr << "warning: -n " << n_predict_ << " asks for more tokens than fit: a context of " << ctx
+              << " holds the " << prompt.size() << "-token prompt and " << room
+              << " generated tokens (the last is never cached); generation ends when the context is full\n";
 
   GenerateOptions opts;
   opts.n_predict = n_predict_;
