@@ -5,6 +5,7 @@
 // double-precision references (exp, SiLU, GELU, tanh); and the level choice
 // (DSPARK_KERNELS) as a process sees it. The quantized products are checked
 // the same way in qmatmul_test.cpp.
+#include <bit>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -140,6 +141,21 @@ TEST(KernelLevels, DotAndScoresEqualPortable) {
       kt.scores(qs, L, 3, K.data(), hd, 0.125f, ss);
       return s;
     });
+    // The contract, on every level: each score is that level's dot(q, k_j)
+    // times the scale, bit for bit, whether its key is in a full block of
+    // eight (reduced together) or in a query's last partial block.
+    for (const KernelTable* kt : ops::detail::runnable_tables()) {
+      std::vector<float> s(3 * L[0], -1.f);
+      const float* qs[3] = {q.data(), q.data() + hd, q.data() + 2 * hd};
+      float* ss[3] = {s.data(), s.data() + L[0], s.data() + 2 * L[0]};
+      kt->scores(qs, L, 3, K.data(), hd, 0.125f, ss);
+      for (int i = 0; i < 3; ++i)
+        for (int64_t j = 0; j < L[0]; ++j) {
+          const float want = j < L[i] ? kt->dot(qs[i], K.data() + j * hd, hd) * 0.125f : -1.f;
+          ASSERT_EQ(std::bit_cast<uint32_t>(ss[i][j]), std::bit_cast<uint32_t>(want))
+              << ops::to_string(kt->level) << " hd " << hd << " query " << i << " key " << j;
+        }
+    }
   }
 }
 

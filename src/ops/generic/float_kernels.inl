@@ -53,6 +53,33 @@ float dot(const float* a, const float* b, int64_t n) { return Vec::hsum(dot_lane
 
 // out[k] = hsum(v[k]) for 8 values: a level may reduce them together
 // (Vec::hsum8, the same tree16 additions for each), else one by one.
+// dot_lanes of q with 4 consecutive key rows (K, K + hd, ...): each lane the
+// same operations in the same order as dot_lanes, the four keys' add chains
+// interleaved so that they overlap instead of waiting on one another.
+inline void dot_lanes4(const float* q, const float* K, int64_t hd, Vec::V* lanes) {
+  Vec::V a0 = Vec::zero(), a1 = Vec::zero(), a2 = Vec::zero(), a3 = Vec::zero();
+  int64_t d = 0;
+  for (; d + 16 <= hd; d += 16) {
+    const Vec::V qv = Vec::load(q + d);
+    a0 = Vec::add(a0, Vec::mul(qv, Vec::load(K + d)));
+    a1 = Vec::add(a1, Vec::mul(qv, Vec::load(K + hd + d)));
+    a2 = Vec::add(a2, Vec::mul(qv, Vec::load(K + 2 * hd + d)));
+    a3 = Vec::add(a3, Vec::mul(qv, Vec::load(K + 3 * hd + d)));
+  }
+  if (d < hd) {
+    const int r = static_cast<int>(hd - d);
+    const Vec::V qv = Vec::load_n(q + d, r);
+    a0 = Vec::add(a0, Vec::mul(qv, Vec::load_n(K + d, r)));
+    a1 = Vec::add(a1, Vec::mul(qv, Vec::load_n(K + hd + d, r)));
+    a2 = Vec::add(a2, Vec::mul(qv, Vec::load_n(K + 2 * hd + d, r)));
+    a3 = Vec::add(a3, Vec::mul(qv, Vec::load_n(K + 3 * hd + d, r)));
+  }
+  lanes[0] = a0;
+  lanes[1] = a1;
+  lanes[2] = a2;
+  lanes[3] = a3;
+}
+
 template <class W = Vec>
 inline void hsum8(const typename W::V* v, float* out) {
   if constexpr (requires { W::hsum8(v, out); }) {
@@ -72,10 +99,11 @@ void scores(const float* const* q, const int64_t* L, int nq, const float* K, int
     for (int i = 0; i < nq; ++i) {
       if (j0 + 8 <= L[i]) {
         Vec::V lanes[8];
-        for (int k = 0; k < 8; ++k) lanes[k] = dot_lanes(q[i], K + (j0 + k) * hd, hd);
+        dot_lanes4(q[i], K + j0 * hd, hd, lanes);
+        dot_lanes4(q[i], K + (j0 + 4) * hd, hd, lanes + 4);
         float d[8];
         hsum8(lanes, d);
-        for (int k = 0; k < 8; ++k) s[i][j0 + k] = d[k] * scale;
+        Vec::store_n(s[i] + j0, Vec::mul(Vec::load_n(d, 8), Vec::set1(scale)), 8);
       } else {
         for (int64_t j = j0; j < L[i] && j < j0 + 8; ++j) s[i][j] = dot(q[i], K + j * hd, hd) * scale;
       }
