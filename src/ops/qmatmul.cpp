@@ -169,7 +169,9 @@ void quantize_row(const float* xr, int64_t K, int64_t n_pairs, const bool* need,
       for (int64_t p = 0; p < n_pairs; ++p) {
         XPair& a = pairs[p];
         const int8_t* c = codes.data() + p * 64;
-        for (int e = 0; e < 64; ++e) a.q[detail::byte_of(lay, e)] = c[e];
+        // detail::byte_of in runs of 16 elements (the nibble layout moves
+        // whole 16-byte halves of its two blocks; the others keep the order).
+        for (int e = 0; e < 64; e += 16) std::memcpy(a.q + detail::byte_of(lay, e), c + e, 16);
         for (int u = 0; u < U; ++u) {
           int32_t sum = 0;
           for (int e = u * per_unit; e < (u + 1) * per_unit; ++e) sum += c[e];

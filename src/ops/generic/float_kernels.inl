@@ -89,6 +89,19 @@ inline void hsum8(const typename W::V* v, float* out) {
   }
 }
 
+// out[k] = hsum(v[k]) · scale for 8 values: a level may scale them in
+// registers (Vec::hsum8_scaled, the same products), else one by one.
+template <class W = Vec>
+inline void hsum8_scaled(const typename W::V* v, float scale, float* out) {
+  if constexpr (requires { W::hsum8_scaled(v, scale, out); }) {
+    W::hsum8_scaled(v, scale, out);
+  } else {
+    float d[8];
+    hsum8<W>(v, d);
+    for (int k = 0; k < 8; ++k) out[k] = d[k] * scale;
+  }
+}
+
 void scores(const float* const* q, const int64_t* L, int nq, const float* K, int64_t hd, float scale,
             float* const* s) {
   int64_t lmax = 0;
@@ -101,9 +114,7 @@ void scores(const float* const* q, const int64_t* L, int nq, const float* K, int
         Vec::V lanes[8];
         dot_lanes4(q[i], K + j0 * hd, hd, lanes);
         dot_lanes4(q[i], K + (j0 + 4) * hd, hd, lanes + 4);
-        float d[8];
-        hsum8(lanes, d);
-        Vec::store_n(s[i] + j0, Vec::mul(Vec::load_n(d, 8), Vec::set1(scale)), 8);
+        hsum8_scaled(lanes, scale, s[i] + j0);
       } else {
         for (int64_t j = j0; j < L[i] && j < j0 + 8; ++j) s[i][j] = dot(q[i], K + j * hd, hd) * scale;
       }

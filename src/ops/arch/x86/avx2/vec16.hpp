@@ -73,7 +73,7 @@ struct Vec {
   /// out[k] = hsum(v[k]) for k < 8, the 8 trees side by side: the same
   /// pairs added (l + l+8, then l+4, l+2, l+1) after transposing 128-bit
   /// halves and shuffling lanes.
-  static void hsum8(const V* v, float* out) {
+  static __m256 hsum8v(const V* v) {
     __m256 s4[4];
     for (int k = 0; k < 8; k += 2) {
       const __m256 a = _mm256_add_ps(v[k].a, v[k].b), b = _mm256_add_ps(v[k + 1].a, v[k + 1].b);  // l, l+8
@@ -87,7 +87,13 @@ struct Vec {
     // l, l+1: keys 0 2 4 6 | 1 3 5 7, then back in order.
     const __m256 s1 = _mm256_add_ps(_mm256_shuffle_ps(s2a, s2b, _MM_SHUFFLE(2, 0, 2, 0)),
                                     _mm256_shuffle_ps(s2a, s2b, _MM_SHUFFLE(3, 1, 3, 1)));
-    _mm256_storeu_ps(out, _mm256_permutevar8x32_ps(s1, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+    return _mm256_permutevar8x32_ps(s1, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  }
+  static void hsum8(const V* v, float* out) { _mm256_storeu_ps(out, hsum8v(v)); }
+  /// out[k] = hsum(v[k]) · scale for k < 8 (the products in registers: a
+  /// store of the sums then a reload would wait on store forwarding).
+  static void hsum8_scaled(const V* v, float scale, float* out) {
+    _mm256_storeu_ps(out, _mm256_mul_ps(hsum8v(v), _mm256_set1_ps(scale)));
   }
   static float hmax(V x) {
     const __m256 m8 = _mm256_max_ps(x.a, x.b);

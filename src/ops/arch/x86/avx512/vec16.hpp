@@ -52,6 +52,11 @@ struct Vec {
                                halves(v[4]), halves(v[5]), halves(v[6]), halves(v[7])};
     avx2::Vec::hsum8(h, out);
   }
+  static void hsum8_scaled(const V* v, float scale, float* out) {
+    const avx2::Vec::V h[8] = {halves(v[0]), halves(v[1]), halves(v[2]), halves(v[3]),
+                               halves(v[4]), halves(v[5]), halves(v[6]), halves(v[7])};
+    avx2::Vec::hsum8_scaled(h, scale, out);
+  }
   static float hmax(V x) { return avx2::Vec::hmax(halves(x)); }
 };
 
