@@ -13,6 +13,7 @@
 #include "dspark/error.hpp"
 #include "attention_group.hpp"
 #include "kernel_table.hpp"
+#include "parallel.hpp"
 
 namespace dspark::ops {
 
@@ -34,7 +35,7 @@ void attention_window(const float* q, int64_t q_stride, const float* K, const fl
   // (every head of a position reads the same window).
   const auto gs = detail::group_shape(group, n_kv, T, false, 2 * at::get_num_threads());
   const int64_t hblocks = (group + gs.heads - 1) / gs.heads;
-  at::parallel_for(0, n_kv * hblocks * T, 1, [&](int64_t u0, int64_t u1) {
+  detail::parallel_tasks(0, n_kv * hblocks * T, 1, [&](int64_t u0, int64_t u1) {
     detail::GroupAttention pass(L_max, hd);
     for (int64_t u = u0; u < u1; ++u) {
       const int64_t g = u / (hblocks * T), hb = (u / T) % hblocks, t = u % T;

@@ -14,6 +14,7 @@
 #include "dspark/error.hpp"
 #include "attention_group.hpp"
 #include "kernel_table.hpp"
+#include "parallel.hpp"
 
 namespace dspark::ops {
 
@@ -42,7 +43,7 @@ void linear_bf16(const uint16_t* x, int64_t N, const uint16_t* W, int64_t O, int
   const auto& kt = detail::active_kernels();
   const int64_t blocks = (O + 15) / 16;
   // About 64 KiB of weights per task keeps the per-task overhead small.
-  at::parallel_for(0, blocks, std::max<int64_t>(1, 2048 / K), [&](int64_t b0, int64_t b1) {
+  detail::parallel_tasks(0, blocks, std::max<int64_t>(1, 2048 / K), [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       const int rows = static_cast<int>(std::min<int64_t>(16, O - b * 16));
       const uint16_t* next = b + 1 < b1 ? W + (b + 1) * 16 * K : nullptr;
@@ -63,7 +64,7 @@ void rope_pairs(float* x, int64_t T, int64_t row_stride, int64_t n_heads, int64_
   // One task per position: the angles (double cos/sin) dominate, and a block
   // of positions done on one thread would leave the other waiting past its
   // spin, to be woken again for the next product.
-  at::parallel_for(0, T, 1, [&](int64_t t0, int64_t t1) {
+  detail::parallel_tasks(0, T, 1, [&](int64_t t0, int64_t t1) {
     std::vector<float> cs(static_cast<size_t>(half * 2));
     for (int64_t t = t0; t < t1; ++t) {
       const double pos = static_cast<double>(positions[t]);
@@ -87,7 +88,7 @@ void attention(const float* q, int64_t q_stride, const float* K, const float* V,
   // block of positions. Which queries share a pass never changes a result.
   const auto gs = detail::group_shape(group, n_kv, T, true, 2 * at::get_num_threads());
   const int64_t hblocks = (group + gs.heads - 1) / gs.heads, tblocks = (T + gs.positions - 1) / gs.positions;
-  at::parallel_for(0, n_kv * hblocks * tblocks, 1, [&](int64_t u0, int64_t u1) {
+  detail::parallel_tasks(0, n_kv * hblocks * tblocks, 1, [&](int64_t u0, int64_t u1) {
     detail::GroupAttention pass(lmax, hd);
     for (int64_t u = u0; u < u1; ++u) {
       const int64_t g = u / (hblocks * tblocks), hb = (u / tblocks) % hblocks, tb = u % tblocks;
@@ -104,7 +105,7 @@ void silu_mul(const float* gu, int64_t N, int64_t F, float* out) {
   // Elementwise, so any split gives the same bits; ~2K elements per task
   // keeps the exp-bound work worth a thread.
   const int64_t per_row = (F + 2047) / 2048;
-  at::parallel_for(0, N * per_row, 1, [&](int64_t i0, int64_t i1) {
+  detail::parallel_tasks(0, N * per_row, 1, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t n = i / per_row, f0 = (i % per_row) * 2048, nf = std::min<int64_t>(2048, F - f0);
       kt.silu_mul(gu + n * 2 * F + f0, gu + n * 2 * F + F + f0, nf, out + n * F + f0);

@@ -4,7 +4,6 @@
 // and src/ops/qformat.hpp for the pair byte orders.
 #include "dspark/ops/qmatmul.hpp"
 
-#include <ATen/Parallel.h>
 #include <c10/util/Half.h>
 
 #include <algorithm>
@@ -15,6 +14,7 @@
 #include "dspark/error.hpp"
 #include "dspark/io/dequant.hpp"
 #include "kernel_table.hpp"
+#include "parallel.hpp"
 #include "qformat.hpp"
 #include "qlinear_table.hpp"
 #include "qpack.hpp"
@@ -209,7 +209,7 @@ QActivations::QActivations(const float* x, int64_t N, int64_t K, const QLinear& 
   // Rows are independent: one task per row, so that a verify block's rows
   // are quantized on every thread (a serial pass here would leave the other
   // threads waiting past their spin, to be woken again for the product).
-  at::parallel_for(0, N, 1, [&](int64_t n0, int64_t n1) {
+  detail::parallel_tasks(0, N, 1, [&](int64_t n0, int64_t n1) {
     std::vector<int8_t> codes(static_cast<size_t>(n_pairs_ * 64));
     std::vector<float> dx(static_cast<size_t>(n_pairs_ * 2));
     for (int64_t n = n0; n < n1; ++n) {
@@ -278,7 +278,7 @@ void qlinear_table(const QActivations& x, const QLinear& layer, float* y, int64_
   const int64_t grain = std::max<int64_t>(1, (32 * 1024) / std::max<int64_t>(1, unit_bytes));
   for (int64_t n0 = 0; n0 < N; n0 += chunk) {
     const int64_t nn = std::min(chunk, N - n0);
-    at::parallel_for(0, n_units, grain, [&](int64_t u0, int64_t u1) {
+    detail::parallel_tasks(0, n_units, grain, [&](int64_t u0, int64_t u1) {
       std::vector<float> scratch_buf(static_cast<size_t>(32 * nn + 16));
       float* scratch =
           reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(scratch_buf.data()) + 63) & ~uintptr_t{63});
