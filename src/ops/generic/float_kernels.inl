@@ -51,8 +51,6 @@ inline Vec::V dot_lanes(const float* a, const float* b, int64_t n) {
 
 float dot(const float* a, const float* b, int64_t n) { return Vec::hsum(dot_lanes(a, b, n)); }
 
-// out[k] = hsum(v[k]) for 8 values: a level may reduce them together
-// (Vec::hsum8, the same tree16 additions for each), else one by one.
 // dot_lanes of q with 4 consecutive key rows (K, K + hd, ...): each lane the
 // same operations in the same order as dot_lanes, the four keys' add chains
 // interleaved so that they overlap instead of waiting on one another.
@@ -80,6 +78,8 @@ inline void dot_lanes4(const float* q, const float* K, int64_t hd, Vec::V* lanes
   lanes[3] = a3;
 }
 
+// out[k] = hsum(v[k]) for 8 values: a level may reduce them together
+// (Vec::hsum8, the same tree16 additions for each), else one by one.
 template <class W = Vec>
 inline void hsum8(const typename W::V* v, float* out) {
   if constexpr (requires { W::hsum8(v, out); }) {
