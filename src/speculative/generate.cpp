@@ -43,8 +43,8 @@ TokenLogprobs token_logprobs(const float* logits, int64_t V, TokenId id, int top
 void check_prompt_fits(int64_t prompt_tokens, int64_t ctx_size) {
   if (prompt_tokens <= 0) throw InvalidArgument("the prompt is empty: at least one token is needed");
   if (prompt_tokens >= ctx_size) {
-    const std::string n = std::to_string(prompt_tokens);
-    throw InvalidArgument("prompt too long: " + n + (prompt_tokens == 1 ? " token" : " tokens") +
+    throw InvalidArgument("prompt too long: " + std::to_string(prompt_tokens) +
+                          (prompt_tokens == 1 ? " token" : " tokens") +
                           " and a context of " + std::to_string(ctx_size) +
                           "; the context holds the prompt and at least one generated token, so it needs at least " +
                           std::to_string(prompt_tokens + 1) + " (or a shorter prompt)");

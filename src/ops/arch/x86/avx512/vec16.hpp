@@ -47,14 +47,17 @@ struct Vec {
   // tree16 additions).
   static avx2::Vec::V halves(V x) { return {_mm512_castps512_ps256(x), _mm512_extractf32x8_ps(x, 1)}; }
   static float hsum(V x) { return avx2::Vec::hsum(halves(x)); }
+  static void halves8(const V* v, avx2::Vec::V* h) {
+    for (int k = 0; k < 8; ++k) h[k] = halves(v[k]);
+  }
   static void hsum8(const V* v, float* out) {
-    const avx2::Vec::V h[8] = {halves(v[0]), halves(v[1]), halves(v[2]), halves(v[3]),
-                               halves(v[4]), halves(v[5]), halves(v[6]), halves(v[7])};
+    avx2::Vec::V h[8];
+    halves8(v, h);
     avx2::Vec::hsum8(h, out);
   }
   static void hsum8_scaled(const V* v, float scale, float* out) {
-    const avx2::Vec::V h[8] = {halves(v[0]), halves(v[1]), halves(v[2]), halves(v[3]),
-                               halves(v[4]), halves(v[5]), halves(v[6]), halves(v[7])};
+    avx2::Vec::V h[8];
+    halves8(v, h);
     avx2::Vec::hsum8_scaled(h, scale, out);
   }
   static float hmax(V x) { return avx2::Vec::hmax(halves(x)); }
