@@ -63,6 +63,52 @@ TEST(TrainOptimizer, NewtonSchulzMatchesTheReference) {
   EXPECT_THROW(newton_schulz(at::ones({3})), InvalidArgument);
 }
 
+// NS₅ as PyTorch runs it: every product's operands and result rounded to
+// bf16, its sums exact here (fp64), and the normalized input rounded too.
+at::Tensor newton_schulz_bf16_reference(const at::Tensor& g) {
+  auto r = [](const at::Tensor& t) { return t.to(at::kBFloat16).to(at::kDouble); };
+  const bool tall = g.size(0) > g.size(1);
+  at::Tensor x = tall ? g.t().to(at::kDouble) : g.to(at::kDouble);
+  x = r(x.to(at::kFloat) / x.to(at::kFloat).norm());
+  for (int i = 0; i < 5; ++i) {
+    const at::Tensor a = r(at::matmul(x, x.t()));
+    const at::Tensor b = r(-4.7750 * a + 2.0315 * at::matmul(a, a));
+    x = r(3.4445 * x + at::matmul(b, x));
+  }
+  return tall ? x.t() : x;
+}
+
+// In bf16 (the trainer's default) NS₅ keeps fp32 parameters fp32 and
+// follows the bf16 reference above (fp32 sums instead of exact ones move a
+// rounding now and then; the quintic amplifies small singular values'
+// errors, so the fp64 NS₅ is up to ~10% away on these small matrices).
+TEST(TrainOptimizer, NewtonSchulzInBf16FollowsTheBf16Reference) {
+  for (const auto& c : golden().at("newton_schulz")) {
+    const at::Tensor in = tensor_of(c.at("input"), at::kFloat), want = tensor_of(c.at("output"));
+    SCOPED_TRACE(c10::str(in.sizes()));
+    const at::Tensor got = newton_schulz(in, 5, 1e-7, /*bf16=*/true);
+    ASSERT_EQ(got.sizes(), in.sizes());
+    EXPECT_EQ(got.scalar_type(), at::kFloat);
+    auto rel = [](const at::Tensor& a, const at::Tensor& b) {
+      return (a.to(at::kDouble) - b).norm().item<double>() / b.norm().item<double>();
+    };
+    const at::Tensor ref = newton_schulz_bf16_reference(in);
+    EXPECT_LT(rel(got, ref), 0.01);
+    EXPECT_GT(rel(got, want), 1e-4);  // it did run in bf16, not fp32
+  }
+  // A larger matrix: the singular values still land in the quintic's band.
+  at::Generator gen = at::detail::createCPUGenerator(9);
+  const at::Tensor x = at::empty({96, 320}, at::kFloat).normal_(0, 1, gen);
+  for (const at::Tensor& m : {x, x.t().contiguous()}) {
+    const at::Tensor o = newton_schulz(m, 5, 1e-7, true);
+    const at::Tensor sv = at::linalg_svdvals(o.to(at::kDouble));
+    EXPECT_GT(sv.min().item<double>(), 0.6);
+    EXPECT_LT(sv.max().item<double>(), 1.2);
+    const double e = (o.to(at::kDouble) - newton_schulz_bf16_reference(m)).norm().item<double>() / o.norm().item<double>();
+    EXPECT_LT(e, 0.01);
+  }
+}
+
 // NS₅ pushes every singular value into about [0.68, 1.13] (Keller Jordan's
 // quintic trades exactness for speed) and keeps the singular vectors: its
 // output is close to U·Vᵀ of the input's SVD.

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include <ATen/Context.h>
+
 #include "dspark/error.hpp"
 
 namespace dspark::train {
@@ -35,16 +37,60 @@ MuonLrScale parse_muon_lr_scale(const std::string& s) {
   throw InvalidArgument("unknown Muon learning-rate scale '" + s + "' (expected original or match-rms-adamw)");
 }
 
-at::Tensor newton_schulz(const at::Tensor& g, int steps, double eps) {
+namespace {
+
+// Whether ATen multiplies bf16 matrices on `t`'s device at bf16 speed with
+// fp32 sums: on a GPU, and on a CPU through oneDNN where it has AVX-512 (BW,
+// VL, DQ) for matrices of 64 rows and more. Elsewhere ATen's CPU bf16 product
+// is a scalar loop, far slower than fp32, and small products may sum in bf16.
+bool native_bf16_matmul(const at::Tensor& t) {
+  if (!t.is_cpu()) return true;
+  if (std::min(t.size(0), t.size(1)) < 64) return false;
+#if defined(__x86_64__)
+  static const bool ok = at::hasMKLDNN() && __builtin_cpu_supports("avx512bw") &&
+                         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  return ok;
+#else
+  return false;
+#endif
+}
+
+// beta·c + alpha·a·b with bf16 operands and a bf16 result: natively, or as
+// an fp32 product of the same bf16 values rounded to bf16 once at the end.
+at::Tensor addmm_bf16(const at::Tensor& c, const at::Tensor& a, const at::Tensor& b, double beta, double alpha,
+                      bool native) {
+  if (native) return at::addmm(c, a, b, beta, alpha);
+  return at::addmm(c.to(at::kFloat), a.to(at::kFloat), b.to(at::kFloat), beta, alpha).to(at::kBFloat16);
+}
+
+// a·b, the same way.
+at::Tensor mm_bf16(const at::Tensor& a, const at::Tensor& b, bool native) {
+  if (native) return at::matmul(a, b);
+  return at::matmul(a.to(at::kFloat), b.to(at::kFloat)).to(at::kBFloat16);
+}
+
+}  // namespace
+
+at::Tensor newton_schulz(const at::Tensor& g, int steps, double eps, bool bf16) {
   if (g.dim() != 2) throw InvalidArgument("newton_schulz: expected a 2-D tensor, got " + c10::str(g.sizes()));
   const bool tall = g.size(0) > g.size(1);
   const auto dt = g.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   at::Tensor x = tall ? g.t().to(dt) : g.to(dt);
   x = x / at::clamp_min(x.norm(), eps);
-  for (int i = 0; i < steps; ++i) {
-    const at::Tensor a = at::matmul(x, x.t());
-    const at::Tensor b = at::addmm(a, a, a, /*beta=*/kNsB, /*alpha=*/kNsC);
-    x = at::addmm(x, b, x, /*beta=*/kNsA, /*alpha=*/1.0);
+  if (bf16 && dt == at::kFloat) {
+    const bool native = native_bf16_matmul(x);
+    x = x.to(at::kBFloat16);
+    for (int i = 0; i < steps; ++i) {
+      const at::Tensor a = mm_bf16(x, x.t(), native);
+      const at::Tensor b = addmm_bf16(a, a, a, kNsB, kNsC, native);
+      x = addmm_bf16(x, b, x, kNsA, 1.0, native);
+    }
+  } else {
+    for (int i = 0; i < steps; ++i) {
+      const at::Tensor a = at::matmul(x, x.t());
+      const at::Tensor b = at::addmm(a, a, a, /*beta=*/kNsB, /*alpha=*/kNsC);
+      x = at::addmm(x, b, x, /*beta=*/kNsA, /*alpha=*/1.0);
+    }
   }
   if (tall) x = x.t();
   return x.to(g.scalar_type()).contiguous();
@@ -114,7 +160,7 @@ void Optimizer::step(double lr, double muon_lr) {
     at::Tensor& m = momentum_[i];
     m.lerp_(g, 1.0 - mu);
     const at::Tensor u = opts_.muon_nesterov ? g.lerp(m, mu) : m;
-    const at::Tensor o = newton_schulz(u, opts_.muon_ns_steps, opts_.muon_eps);
+    const at::Tensor o = newton_schulz(u, opts_.muon_ns_steps, opts_.muon_eps, opts_.muon_ns_bf16);
     if (opts_.weight_decay > 0) p.mul_(1.0 - muon_lr * opts_.weight_decay);
     p.add_(o, -muon_lr * muon_lr_factor(p.size(0), p.size(1), opts_.muon_lr_scale));
   }

@@ -452,6 +452,7 @@ struct Trainer::Impl {
     oo.weight_decay = cfg.weight_decay;
     oo.muon_momentum = cfg.muon_momentum;
     oo.muon_lr_scale = cfg.muon_lr_scale;
+    oo.muon_ns_bf16 = cfg.precision == MatmulPrecision::BFloat16;
     opt = std::make_unique<Optimizer>(std::move(named), oo);
     graph = std::make_unique<DrafterGraph>(drafter->config(), target.embedding().to(dev), lm_head_dev,
                                            GraphOptions{cfg.precision, !portable});
