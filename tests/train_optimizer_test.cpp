@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "train/bf16_matmul.hpp"
 #include "dspark/error.hpp"
 #include "dspark/speculative/drafter.hpp"
 #include "dspark/train/optimizer.hpp"
@@ -61,6 +62,37 @@ TEST(TrainOptimizer, NewtonSchulzMatchesTheReference) {
     EXPECT_LT(max_rel(newton_schulz(in.to(at::kFloat)), want), 1e-5);
   }
   EXPECT_THROW(newton_schulz(at::ones({3})), InvalidArgument);
+}
+
+// The trainer's bf16 products: bf16 operands, fp32 sums, a bf16 result, on
+// any path (oneDNN where the CPU has it and the product is large, an fp32
+// product otherwise). Against fp64 products of the same bf16 operands
+// rounded once to bf16: at most one bf16 step apart, for sizes on both sides
+// of ATen's oneDNN cut-off and for batched operands.
+TEST(TrainOptimizer, Bf16ProductsSumInFp32AndRoundOnce) {
+  at::Generator gen = at::detail::createCPUGenerator(5);
+  const std::vector<std::vector<int64_t>> shapes = {{4, 64, 4}, {8, 64, 8}, {16, 16, 16}, {224, 576, 64}, {1, 2880, 576}};
+  for (const auto& sh : shapes) {
+    SCOPED_TRACE(c10::str(at::IntArrayRef(sh)));
+    const at::Tensor a = at::empty({sh[0], sh[1]}, at::kFloat).normal_(0, 1, gen);
+    const at::Tensor b = at::empty({sh[1], sh[2]}, at::kFloat).normal_(0, 1, gen);
+    const at::Tensor c = at::empty({sh[0], sh[2]}, at::kFloat).normal_(0, 1, gen);
+    auto r = [](const at::Tensor& t) { return t.to(at::kBFloat16).to(at::kDouble); };
+    const at::Tensor exact = at::matmul(r(a), r(b));
+    const at::Tensor got = train::detail::matmul_bf16(a, b);
+    EXPECT_EQ(got.scalar_type(), at::kBFloat16);
+    // One bf16 step (2⁻⁸ relative) of the exact sum, plus fp32 summation error.
+    const at::Tensor tol = exact.abs() * (1.0 / 256) + 1e-5 * sh[1];
+    EXPECT_TRUE((got.to(at::kDouble) - exact).abs().le(tol).all().item<bool>());
+    const at::Tensor want_mm = -0.5 * r(c) + 2.0 * exact;
+    const at::Tensor got_mm = train::detail::addmm_bf16(c, a, b, -0.5, 2.0);
+    EXPECT_TRUE((got_mm.to(at::kDouble) - want_mm).abs().le(want_mm.abs() * (1.0 / 256) + 1e-5 * sh[1]).all().item<bool>());
+  }
+  const at::Tensor a = at::empty({3, 5, 21, 64}, at::kFloat).normal_(0, 1, gen);
+  const at::Tensor b = at::empty({3, 5, 64, 7}, at::kFloat).normal_(0, 1, gen);
+  const at::Tensor exact = at::matmul(a.to(at::kBFloat16).to(at::kDouble), b.to(at::kBFloat16).to(at::kDouble));
+  const at::Tensor got = train::detail::matmul_bf16(a, b).to(at::kDouble);
+  EXPECT_TRUE((got - exact).abs().le(exact.abs() * (1.0 / 256) + 1e-3).all().item<bool>());
 }
 
 // NS₅ as PyTorch runs it: every product's operands and result rounded to

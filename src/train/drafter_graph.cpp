@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "bf16_matmul.hpp"
 #include "dspark/error.hpp"
 #include "dspark/ops/kernels.hpp"
 
@@ -49,16 +50,11 @@ const uint16_t* bf16_bits(const at::Tensor& t) {
 }
 
 // a · b in bf16 precision: bf16 inputs, fp32 accumulation, a bf16 result (as
-// a GPU's bf16 matmul), returned as fp32. On the CPU the product runs in
-// fp32 on the bf16-rounded inputs (each product of two bf16 values is exact
-// in fp32): ATen's own CPU bf16 matmul, without AVX-512 BF16, is a slow loop
-// that also accumulates in bf16.
+// a GPU's bf16 matmul), returned as fp32 (src/train/bf16_matmul.hpp: oneDNN's
+// bf16 products where the CPU has them, else fp32 products of the
+// bf16-rounded inputs).
 at::Tensor bf16_matmul(const at::Tensor& a, const at::Tensor& b) {
-  if (a.is_cpu())
-    return at::matmul(a.to(at::kBFloat16).to(at::kFloat), b.to(at::kBFloat16).to(at::kFloat))
-        .to(at::kBFloat16)
-        .to(at::kFloat);
-  return at::matmul(a.to(at::kBFloat16), b.to(at::kBFloat16)).to(at::kFloat);
+  return detail::matmul_bf16(a, b).to(at::kFloat);
 }
 
 // y [M, O] fp32 = bf16(x) [M, K] · Wᵀ, W [O, K] bf16 contiguous, K % 32 == 0,
@@ -140,7 +136,8 @@ at::Tensor DrafterGraph::bmm(const at::Tensor& a, const at::Tensor& b) const {
 at::Tensor DrafterGraph::lm_head(const at::Tensor& h) const {
   if (h.scalar_type() == at::kFloat && opts_.matmul == MatmulPrecision::BFloat16) {
     const at::Tensor& hb = frozen(head_, at::kBFloat16, 1);
-    if (!(opts_.kernels && h.is_cpu())) return bf16_matmul(h, hb.t());
+    // The inference kernel where ATen's bf16 product would be an fp32 one.
+    if (!(opts_.kernels && h.is_cpu()) || detail::native_bf16_matmul(h, hb.t())) return bf16_matmul(h, hb.t());
     if (!headT_.defined()) {
       const int64_t V = head_.size(0), Vp = (V + 31) / 32 * 32;
       headT_ = at::zeros({cfg_.hidden, Vp}, at::kBFloat16);

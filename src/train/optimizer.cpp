@@ -7,8 +7,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include <ATen/Context.h>
-
+#include "bf16_matmul.hpp"
 #include "dspark/error.hpp"
 
 namespace dspark::train {
@@ -37,40 +36,6 @@ MuonLrScale parse_muon_lr_scale(const std::string& s) {
   throw InvalidArgument("unknown Muon learning-rate scale '" + s + "' (expected original or match-rms-adamw)");
 }
 
-namespace {
-
-// Whether ATen multiplies bf16 matrices on `t`'s device at bf16 speed with
-// fp32 sums: on a GPU, and on a CPU through oneDNN where it has AVX-512 (BW,
-// VL, DQ) for matrices of 64 rows and more. Elsewhere ATen's CPU bf16 product
-// is a scalar loop, far slower than fp32, and small products may sum in bf16.
-bool native_bf16_matmul(const at::Tensor& t) {
-  if (!t.is_cpu()) return true;
-  if (std::min(t.size(0), t.size(1)) < 64) return false;
-#if defined(__x86_64__)
-  static const bool ok = at::hasMKLDNN() && __builtin_cpu_supports("avx512bw") &&
-                         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
-  return ok;
-#else
-  return false;
-#endif
-}
-
-// beta·c + alpha·a·b with bf16 operands and a bf16 result: natively, or as
-// an fp32 product of the same bf16 values rounded to bf16 once at the end.
-at::Tensor addmm_bf16(const at::Tensor& c, const at::Tensor& a, const at::Tensor& b, double beta, double alpha,
-                      bool native) {
-  if (native) return at::addmm(c, a, b, beta, alpha);
-  return at::addmm(c.to(at::kFloat), a.to(at::kFloat), b.to(at::kFloat), beta, alpha).to(at::kBFloat16);
-}
-
-// a·b, the same way.
-at::Tensor mm_bf16(const at::Tensor& a, const at::Tensor& b, bool native) {
-  if (native) return at::matmul(a, b);
-  return at::matmul(a.to(at::kFloat), b.to(at::kFloat)).to(at::kBFloat16);
-}
-
-}  // namespace
-
 at::Tensor newton_schulz(const at::Tensor& g, int steps, double eps, bool bf16) {
   if (g.dim() != 2) throw InvalidArgument("newton_schulz: expected a 2-D tensor, got " + c10::str(g.sizes()));
   const bool tall = g.size(0) > g.size(1);
@@ -78,12 +43,11 @@ at::Tensor newton_schulz(const at::Tensor& g, int steps, double eps, bool bf16) 
   at::Tensor x = tall ? g.t().to(dt) : g.to(dt);
   x = x / at::clamp_min(x.norm(), eps);
   if (bf16 && dt == at::kFloat) {
-    const bool native = native_bf16_matmul(x);
     x = x.to(at::kBFloat16);
     for (int i = 0; i < steps; ++i) {
-      const at::Tensor a = mm_bf16(x, x.t(), native);
-      const at::Tensor b = addmm_bf16(a, a, a, kNsB, kNsC, native);
-      x = addmm_bf16(x, b, x, kNsA, 1.0, native);
+      const at::Tensor a = detail::matmul_bf16(x, x.t());
+      const at::Tensor b = detail::addmm_bf16(a, a, a, kNsB, kNsC);
+      x = detail::addmm_bf16(x, b, x, kNsA, 1.0);
     }
   } else {
     for (int i = 0; i < steps; ++i) {
