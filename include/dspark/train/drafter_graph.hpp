@@ -45,18 +45,20 @@ namespace dspark::train {
 using ParamMap = std::map<std::string, at::Tensor>;
 
 /// Precision of the large matrix products when the parameters are fp32.
-/// BFloat16: inputs and weights are rounded to bf16 for the product (oneDNN),
-/// the result is converted back to fp32 (the frozen LM head uses the
-/// inference kernel, fp32 output); norms, softmax, RoPE and the heads'
-/// element-wise math stay fp32. Float32: everything fp32 (slow on CPUs whose
+/// BFloat16: inputs and weights are rounded to bf16 for the product, sums in
+/// fp32, the result rounded to bf16 and converted back to fp32, as a GPU's
+/// bf16 matmul (src/train/bf16_matmul.hpp: oneDNN where the CPU has AVX-512,
+/// else fp32 products of the rounded operands, where the frozen LM head uses
+/// the inference kernel instead, fp32 output); norms, softmax, RoPE and the
+/// heads' element-wise math stay fp32. Float32: everything fp32 (slow on CPUs whose
 /// libtorch uses a generic BLAS, but the reference for parity tests).
 /// Double-precision parameters always compute in double (gradient checks).
 enum class MatmulPrecision { Float32, BFloat16 };
 
 struct GraphOptions {
   MatmulPrecision matmul = MatmulPrecision::BFloat16;
-  /// On CPU tensors, run the frozen LM head on dspark's bf16 kernel
-  /// (ops::linear_bf16). false: ATen ops only, as on any other device (the
+  /// On CPU tensors without oneDNN's bf16 products, run the frozen LM head
+  /// on dspark's bf16 kernel (ops::linear_bf16). false: ATen ops only, as on any other device (the
   /// same products with ATen's rounding; for checking the device path on a
   /// CPU).
   bool kernels = true;
@@ -110,9 +112,10 @@ class DrafterGraph {
 
   /// The frozen LM head applied to h [..., d]: [..., V'] in h's dtype (only
   /// the draft-vocabulary rows when there is one). The head never receives a
-  /// gradient; h does. With bf16 precision this runs on the inference kernel
-  /// (bf16 inputs, fp32 accumulation and output), exactly as Drafter::draft
-  /// computes U.
+  /// gradient; h does. With bf16 precision this is a bf16 product (above);
+  /// on a CPU without oneDNN's bf16 products it runs on the inference kernel
+  /// (bf16 inputs, fp32 accumulation and output), as Drafter::draft computes
+  /// U for a bf16 target.
   at::Tensor lm_head(const at::Tensor& h) const;
 
   /// V': the number of logit rows (|draft_vocab|, or V without one).
