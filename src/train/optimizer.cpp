@@ -42,19 +42,18 @@ at::Tensor newton_schulz(const at::Tensor& g, int steps, double eps, bool bf16) 
   const auto dt = g.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   at::Tensor x = tall ? g.t().to(dt) : g.to(dt);
   x = x / at::clamp_min(x.norm(), eps);
-  if (bf16 && dt == at::kFloat) {
-    x = x.to(at::kBFloat16);
-    for (int i = 0; i < steps; ++i) {
-      const at::Tensor a = detail::matmul_bf16(x, x.t());
-      const at::Tensor b = detail::addmm_bf16(a, a, a, kNsB, kNsC);
-      x = detail::addmm_bf16(x, b, x, kNsA, 1.0);
-    }
-  } else {
-    for (int i = 0; i < steps; ++i) {
-      const at::Tensor a = at::matmul(x, x.t());
-      const at::Tensor b = at::addmm(a, a, a, /*beta=*/kNsB, /*alpha=*/kNsC);
-      x = at::addmm(x, b, x, /*beta=*/kNsA, /*alpha=*/1.0);
-    }
+  const bool in_bf16 = bf16 && dt == at::kFloat;
+  if (in_bf16) x = x.to(at::kBFloat16);
+  auto mm = [in_bf16](const at::Tensor& a, const at::Tensor& b) {
+    return in_bf16 ? detail::matmul_bf16(a, b) : at::matmul(a, b);
+  };
+  auto addmm = [in_bf16](const at::Tensor& c, const at::Tensor& a, const at::Tensor& b, double beta, double alpha) {
+    return in_bf16 ? detail::addmm_bf16(c, a, b, beta, alpha) : at::addmm(c, a, b, beta, alpha);
+  };
+  for (int i = 0; i < steps; ++i) {
+    const at::Tensor a = mm(x, x.t());
+    const at::Tensor b = addmm(a, a, a, /*beta=*/kNsB, /*alpha=*/kNsC);
+    x = addmm(x, b, x, /*beta=*/kNsA, /*alpha=*/1.0);
   }
   if (tall) x = x.t();
   return x.to(g.scalar_type()).contiguous();

@@ -50,17 +50,17 @@ using ParamMap = std::map<std::string, at::Tensor>;
 /// bf16 matmul (src/train/bf16_matmul.hpp: oneDNN where the CPU has AVX-512,
 /// else fp32 products of the rounded operands, where the frozen LM head uses
 /// the inference kernel instead, fp32 output); norms, softmax, RoPE and the
-/// heads' element-wise math stay fp32. Float32: everything fp32 (slow on CPUs whose
-/// libtorch uses a generic BLAS, but the reference for parity tests).
+/// heads' element-wise math stay fp32. Float32: everything fp32 (slow on CPUs
+/// whose libtorch uses a generic BLAS, but the reference for parity tests).
 /// Double-precision parameters always compute in double (gradient checks).
 enum class MatmulPrecision { Float32, BFloat16 };
 
 struct GraphOptions {
   MatmulPrecision matmul = MatmulPrecision::BFloat16;
   /// On CPU tensors without oneDNN's bf16 products, run the frozen LM head
-  /// on dspark's bf16 kernel (ops::linear_bf16). false: ATen ops only, as on any other device (the
-  /// same products with ATen's rounding; for checking the device path on a
-  /// CPU).
+  /// on dspark's bf16 kernel (ops::linear_bf16). false: ATen ops only, as on
+  /// any other device (the same products with ATen's rounding; for checking
+  /// the device path on a CPU).
   bool kernels = true;
 };
 
