@@ -5,7 +5,6 @@
 // position.
 #include <gtest/gtest.h>
 
-#include <cstdio>
 #include <filesystem>
 #include <string>
 
@@ -26,7 +25,8 @@ void lossless_and_drafts_like_bf16(const std::string& dir, int want_layers) {
   TargetModel& target = *lm.target;
   Drafter bf16 = load_drafter(dir), q8 = load_drafter(dir);
   EXPECT_EQ(bf16.config().n_layers, want_layers);
-  EXPECT_EQ(bf16.config().sts_thresholds.size(), static_cast<size_t>(bf16.config().gamma)) << dir << " is not calibrated";
+  EXPECT_EQ(bf16.config().sts_thresholds.size(), static_cast<size_t>(bf16.config().gamma))
+      << dir << " is not calibrated";
   bf16.bind(target);
   q8.bind(target, /*quantize=*/true);
 
@@ -63,8 +63,6 @@ void lossless_and_drafts_like_bf16(const std::string& dir, int want_layers) {
   // of 525 (98%) for the 2-layer one; a Q8_0 drafter that drafted other
   // tokens at more than 1 position in 5 would be a broken quantization.
   EXPECT_GT(static_cast<double>(same), 0.8 * static_cast<double>(total)) << same << " of " << total;
-  std::printf("%s: %lld of %lld drafted positions equal\n", dir.c_str(), static_cast<long long>(same),
-              static_cast<long long>(total));
 }
 
 }  // namespace
