@@ -15,6 +15,7 @@
 #include <fstream>
 #include <iostream>
 #include <limits>
+#include <span>
 
 #include "dspark/error.hpp"
 #include "dspark/io/atomic_file.hpp"
@@ -32,23 +33,32 @@ std::vector<TokenId> filler_tokens(int64_t n, int64_t vocab, int64_t salt) {
   return t;
 }
 
-// Seconds of the fastest call of `sizes[r]` new tokens on each cache (load
-// from other work on a shared machine only ever adds time).
-double time_call(TargetModel& target, std::vector<KVCache>& caches, const std::vector<int>& sizes,
-                 const SpsProfileOptions& o) {
+// Seconds of the fastest call of each entry of `sets` (`sets[i][r]` new tokens
+// on cache r). Every repetition times the entries in turn, so that load from
+// other work that comes or goes during the measurement lands on every entry
+// alike: measured one entry after another, a machine that got busy half-way
+// gave a curve whose small blocks looked fast and large ones slow, and the
+// scheduler then found that no draft pays. Load only ever adds time, so the
+// fastest call of each entry is kept.
+std::vector<double> time_calls(TargetModel& target, std::vector<KVCache>& caches,
+                               const std::vector<std::vector<int>>& sets, const SpsProfileOptions& o) {
   const int64_t vocab = target.info().vocab;
   std::vector<std::vector<TokenId>> toks;
-  for (size_t r = 0; r < sizes.size(); ++r) toks.push_back(filler_tokens(sizes[r], vocab, 1000 + r));
-  double best = std::numeric_limits<double>::infinity();
+  for (size_t r = 0; r < caches.size(); ++r) toks.push_back(filler_tokens(o.bmax, vocab, 1000 + r));
+  std::vector<double> best(sets.size(), std::numeric_limits<double>::infinity());
   for (int rep = 0; rep < o.warmup + o.repetitions; ++rep) {
-    std::vector<ForwardSeq> batch;
-    for (size_t r = 0; r < sizes.size(); ++r)
-      if (sizes[r] > 0) batch.push_back(ForwardSeq{&caches[r], toks[r], Logits::All});
-    const auto t0 = std::chrono::steady_clock::now();
-    auto out = target.forward(batch);
-    const auto t1 = std::chrono::steady_clock::now();
-    for (size_t r = 0; r < sizes.size(); ++r) caches[r].trim(sizes[r]);
-    if (rep >= o.warmup) best = std::min(best, std::chrono::duration<double>(t1 - t0).count());
+    for (size_t i = 0; i < sets.size(); ++i) {
+      const std::vector<int>& sizes = sets[i];
+      std::vector<ForwardSeq> batch;
+      for (size_t r = 0; r < sizes.size(); ++r)
+        if (sizes[r] > 0)
+          batch.push_back(ForwardSeq{&caches[r], std::span<const TokenId>(toks[r].data(), sizes[r]), Logits::All});
+      const auto t0 = std::chrono::steady_clock::now();
+      auto out = target.forward(batch);
+      const auto t1 = std::chrono::steady_clock::now();
+      for (size_t r = 0; r < sizes.size(); ++r) caches[r].trim(sizes[r]);
+      if (rep >= o.warmup) best[i] = std::min(best[i], std::chrono::duration<double>(t1 - t0).count());
+    }
   }
   return best;
 }
@@ -103,21 +113,27 @@ SpsProfile measure_sps(TargetModel& target, const SpsProfileOptions& o,
 
   {
     auto caches = make_caches(1);
+    std::vector<std::vector<int>> sets;
+    for (int b = 1; b <= o.bmax; ++b) sets.push_back({b});
+    const std::vector<double> t = time_calls(target, caches, sets, o);
     for (int b = 1; b <= o.bmax; ++b) {
-      const double t = time_call(target, caches, {b}, o);
       p.b.push_back(b);
-      p.sps.push_back(1.0 / std::max(t, 1e-9));
+      p.sps.push_back(1.0 / std::max(t[static_cast<size_t>(b - 1)], 1e-9));
       if (progress) progress(b, p.sps.back());
     }
   }
   if (o.requests > 1) {
     auto caches = make_caches(o.requests);
+    std::vector<std::vector<int>> sets;
     for (int b = o.requests; b <= o.bmax; ++b) {
       std::vector<int> sizes(static_cast<size_t>(o.requests), b / o.requests);
       for (int r = 0; r < b % o.requests; ++r) ++sizes[r];
-      const double t = time_call(target, caches, sizes, o);
+      sets.push_back(std::move(sizes));
+    }
+    const std::vector<double> t = time_calls(target, caches, sets, o);
+    for (int b = o.requests; b <= o.bmax; ++b) {
       p.multi_b.push_back(b);
-      p.multi_sps.push_back(1.0 / std::max(t, 1e-9));
+      p.multi_sps.push_back(1.0 / std::max(t[static_cast<size_t>(b - o.requests)], 1e-9));
     }
   }
   make_sps_monotone(p.sps);
@@ -131,19 +147,18 @@ void make_sps_monotone(std::vector<double>& sps) {
 
 bool sps_profile_too_slow(TargetModel& target, const SpsProfile& p, int b_probe, double margin) {
   const TargetInfo& info = target.info();
+  if (p.sps.empty()) return false;
   b_probe = std::clamp<int>(b_probe, 1, static_cast<int>(p.sps.size()));
   const int64_t context = std::min<int64_t>(64, info.context - b_probe - 1);
-  if (context < 1 || p.sps.empty()) return false;
+  if (context < 1) return false;
   SpsProfileOptions o;
   o.repetitions = 3;
   std::vector<KVCache> caches;
   caches.push_back(target.new_cache(context + b_probe + 1));
   target.forward_one(caches.back(), filler_tokens(context, info.vocab, 0), Logits::None);
-  for (const int b : {1, b_probe}) {
-    const double t = time_call(target, caches, {b}, o);
-    if (t < margin / p.sps[static_cast<size_t>(b - 1)]) return true;
-  }
-  return false;
+  o.bmax = b_probe;
+  const std::vector<double> t = time_calls(target, caches, {{1}, {b_probe}}, o);
+  return t[0] < margin / p.sps[0] || t[1] < margin / p.sps[static_cast<size_t>(b_probe - 1)];
 }
 
 std::vector<double> current_sps_profile(TargetModel& target, const std::string& path, const SpsProfileOptions& o,
