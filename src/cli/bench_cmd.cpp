@@ -206,6 +206,7 @@ class BenchCommand : public Command {
                   agg["lossless"].is_null() ? "n/a (sampling)" : agg["lossless"].get<bool>() ? "yes" : "NO");
       std::printf("acceptance by position:");
       for (double a : agg["acceptance_by_position"]) std::printf(" %.2f", a);
+      if (agg["acceptance_by_position"].empty()) std::printf(" none (no drafted position was verified)");
       std::printf("\ndraft %.2f ms/round, verify %.2f ms/round; the drafter drafted %lld of %lld rounds (all runs)\n",
                   agg["draft_ms_per_round"].get<double>(), agg["verify_ms_per_round"].get<double>(),
                   agg["drafter_rounds"].get<long long>(), agg["rounds"].get<long long>());
