@@ -330,8 +330,8 @@ TEST(SpsProfile, DefaultProfileIsMeasuredKeptAndRemeasuredWhenTooSlow) {
   EXPECT_EQ(current_sps_profile(t, path, o, &log), fast.sps);
   EXPECT_EQ(log.str(), "");
 
-  // One measured while other work ran (1000 s a call) is measured again;
-  // the saved curve keeps the faster of the two at every B.
+  // One measured while other work ran (1000 s a call) is measured again and
+  // replaced.
   SpsProfile slow = fast;
   slow.sps = {1e-3, 1e-3, 1e-3, 1e-3};
   save_sps_profile(path, slow);
@@ -340,6 +340,20 @@ TEST(SpsProfile, DefaultProfileIsMeasuredKeptAndRemeasuredWhenTooSlow) {
   EXPECT_NE(log.str().find("verifies faster"), std::string::npos) << log.str();
   for (double x : again) EXPECT_GT(x, 1.0);
   EXPECT_EQ(load_sps_profile(path).sps, again);
+
+  // One whose blocks were timed under different loads (B = 1 on a quiet
+  // machine, the rest while other work ran) is replaced whole, not kept at
+  // B = 1: mixed, the curve says verifying 2 tokens costs over 2 steps.
+  SpsProfile skewed = fast;
+  skewed.sps = {4e9, 1e-3, 1e-3, 1e-3};
+  save_sps_profile(path, skewed);
+  log.str("");
+  const std::vector<double> cured = current_sps_profile(t, path, o, &log);
+  EXPECT_NE(log.str().find("verifies faster"), std::string::npos) << log.str();
+  EXPECT_LT(cured[0], 1e9);
+  for (double x : cured) EXPECT_GT(x, 1.0);
+  EXPECT_TRUE(any_draft_can_pay(1, cured));
+  EXPECT_EQ(load_sps_profile(path).sps, cured);
 
   // A longer curve (a server's) measured again for a short run keeps its
   // tail, scaled to meet the new points, and its multi-sequence curve.

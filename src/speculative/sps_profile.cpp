@@ -166,9 +166,14 @@ std::vector<double> current_sps_profile(TargetModel& target, const std::string& 
   const auto remeasure = [&](const std::string& why, const SpsProfile* old) {
     if (log) *log << why << ": measuring verify costs for B = 1.." << o.bmax << " ..." << std::endl;
     SpsProfile p = measure_sps(target, o);
-    // Both are upper bounds of the cost on a quiet machine: keep the faster.
-    if (old && old->threads == p.threads && old->context == p.context)
-      for (size_t i = 0; i < std::min(p.sps.size(), old->sps.size()); ++i) p.sps[i] = std::max(p.sps[i], old->sps[i]);
+    // Keep the old curve only where it is at least as fast at every B: each
+    // curve's points share the load of one measurement, and mixing the two
+    // point by point kept a small block's figure from a quiet moment beside
+    // a large block's from a busy one, for good (no draft paid after that).
+    const size_t n = old ? std::min(p.sps.size(), old->sps.size()) : 0;
+    bool old_faster = old && old->threads == p.threads && old->context == p.context && n == p.sps.size();
+    for (size_t i = 0; old_faster && i < n; ++i) old_faster = old->sps[i] >= p.sps[i];
+    if (old_faster) p.sps.assign(old->sps.begin(), old->sps.begin() + static_cast<std::ptrdiff_t>(n));
     make_sps_monotone(p.sps);
     // A longer curve (`dspark serve` measures up to parallel·(γ + 1), and
     // its multi-sequence curve) keeps its points past this measurement,

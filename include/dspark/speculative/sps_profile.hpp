@@ -80,7 +80,8 @@ bool sps_profile_too_slow(TargetModel& target, const SpsProfile& p, int b_probe,
 /// least `o.bmax` points; measured with `o` and saved (atomically) when it
 /// is missing, unreadable or for something else; measured again when
 /// sps_profile_too_slow finds the machine faster, the saved curve then
-/// keeping the faster of the two measurements at every B. The curve comes
+/// being the new measurement, or the old curve where that is at least as
+/// fast at every B (never a mix of the two). The curve comes
 /// back monotone. `log` (may be null) gets a line on what is measured and
 /// saved; a profile that cannot be saved is used for this run (a warning on
 /// stderr).
