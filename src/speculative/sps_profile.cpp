@@ -43,8 +43,10 @@ std::vector<TokenId> filler_tokens(int64_t n, int64_t vocab, int64_t salt) {
 std::vector<double> time_calls(TargetModel& target, std::vector<KVCache>& caches,
                                const std::vector<std::vector<int>>& sets, const SpsProfileOptions& o) {
   const int64_t vocab = target.info().vocab;
+  int longest = 0;
+  for (const auto& sizes : sets) longest = std::max(longest, *std::max_element(sizes.begin(), sizes.end()));
   std::vector<std::vector<TokenId>> toks;
-  for (size_t r = 0; r < caches.size(); ++r) toks.push_back(filler_tokens(o.bmax, vocab, 1000 + r));
+  for (size_t r = 0; r < caches.size(); ++r) toks.push_back(filler_tokens(longest, vocab, 1000 + r));
   std::vector<double> best(sets.size(), std::numeric_limits<double>::infinity());
   for (int rep = 0; rep < o.warmup + o.repetitions; ++rep) {
     for (size_t i = 0; i < sets.size(); ++i) {
@@ -156,7 +158,6 @@ bool sps_profile_too_slow(TargetModel& target, const SpsProfile& p, int b_probe,
   std::vector<KVCache> caches;
   caches.push_back(target.new_cache(context + b_probe + 1));
   target.forward_one(caches.back(), filler_tokens(context, info.vocab, 0), Logits::None);
-  o.bmax = b_probe;
   const std::vector<double> t = time_calls(target, caches, {{1}, {b_probe}}, o);
   return t[0] < margin / p.sps[0] || t[1] < margin / p.sps[static_cast<size_t>(b_probe - 1)];
 }
