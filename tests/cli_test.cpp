@@ -457,10 +457,19 @@ TEST_F(Cli, AutoScheduleMeasuresAProfileOnFirstUse) {
   const std::string gen = "generate -m smollm2 --chat --temp 0 -n 16 --json -p 'Name three colors.'";
   const auto plain = run_dspark(gen + " --drafter none", tmp);
   ASSERT_EQ(plain.status, 0) << plain.err;
-  // With explicit thresholds nothing is measured.
-  auto r = run_dspark(gen + " --thresholds 0.5", tmp, env);
+  // --schedule off drafts and verifies every round: nothing is measured.
+  auto r = run_dspark(gen + " --schedule off", tmp, env);
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_FALSE(fs::exists(home / "profiles")) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out).at("text"), nlohmann::json::parse(plain.out).at("text"));
+  // Explicit thresholds schedule by confidence alone, but the drafter-skip
+  // rule prices rounds on the profile: it is measured on first use too.
+  r = run_dspark(gen + " --thresholds 0.5", tmp, env);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  EXPECT_TRUE(fs::exists(home / "profiles")) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out).at("text"), nlohmann::json::parse(plain.out).at("text"));
+  fs::remove_all(home / "profiles");
   r = run_dspark(gen, tmp, env);
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.err, "");
@@ -479,6 +488,27 @@ TEST_F(Cli, AutoScheduleMeasuresAProfileOnFirstUse) {
   EXPECT_NE(r.err.find("warning: ignoring the SPS profile " + saved[0].string()), std::string::npos) << r.err;
   EXPECT_EQ(nlohmann::json::parse(r.out).at("text"), nlohmann::json::parse(plain.out).at("text"));
   EXPECT_EQ(nlohmann::json::parse(read_bytes(saved[0].string())).at("sps").size(), 17u);  // B up to 1 + the longest lookup draft (16)
+}
+
+TEST_F(Cli, ConfidencePruningStillSkipsADrafterThatDoesNotPay) {
+  // An untrained drafter is almost never accepted: with --min-conf (pruning
+  // alone, no SPS schedule) the drafter-skip rule turns it off after its
+  // warm-up and a few explorations, as it does by default; --schedule off
+  // runs it every round. Both decode what plain decoding does.
+  const std::string dir = (tmp.path() / "untrained").string();
+  ASSERT_EQ(run_dspark("init-drafter -m smollm2 --out " + dir + " --head markov --gamma 7", tmp).status, 0);
+  const std::string gen = "generate -m smollm2 --chat --temp 0 -n 96 --json --lookup-ngram 0 -p 'Why is the sky blue?' ";
+  const auto plain = run_dspark(gen + "--drafter none", tmp);
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  const auto rounds = [&](const std::string& flags) {
+    const auto r = run_dspark(gen + "--drafter " + dir + " " + flags, tmp);
+    EXPECT_EQ(r.status, 0) << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j.at("tokens"), nlohmann::json::parse(plain.out).at("tokens")) << flags;
+    return j.at("stats").at("drafter_rounds").get<int64_t>();
+  };
+  EXPECT_LE(rounds("--min-conf 0.3"), 24);
+  EXPECT_GE(rounds("--schedule off"), 40);
 }
 
 TEST_F(Cli, OutputThatCannotBeWrittenIsAnError) {

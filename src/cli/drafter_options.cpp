@@ -46,6 +46,7 @@ void DrafterOptions::add(CLI::App& app, bool with_schedule) {
   app.add_option("--lookup-draft-max", lookup.max_draft, "prompt-lookup drafts: most tokens per draft")
       ->check(integer_in(1, kMaxGamma))
       ->capture_default_str();
+  with_schedule_ = with_schedule;
   if (!with_schedule) {
     schedule = "thresholds";  // the caller schedules verify lengths itself
     return;
@@ -206,6 +207,22 @@ SpecOptions DrafterOptions::spec(TargetModel* target) const {
     if (const std::string w = sps_profile_mismatch(prof, path, profile_key_); !w.empty())
       std::cerr << "warning: " << w << "\n";
     s.sps = prof.sps;
+  }
+  // Confidence pruning alone still skips the drafter where it does not pay:
+  // the skip rule prices rounds on this machine's profile (measured on first
+  // use, as for `auto`). `off` verifies every drafted token of every round.
+  if (schedule == "thresholds" && drafter_gamma_ > 0 && with_schedule_) {
+    if (!measured_sps_ && target != nullptr) {
+      measure_profile(*target);
+    } else if (!measured_sps_ && std::filesystem::exists(profile_path())) {
+      try {
+        measured_sps_ = load_sps_profile(profile_path()).sps;
+        make_sps_monotone(*measured_sps_);
+      } catch (const Error&) {
+        // The schedule does not need it; the rule then drafts every round.
+      }
+    }
+    if (measured_sps_) s.gate_sps = *measured_sps_;
   }
   s.min_conf = min_conf;
   s.gate_memory = std::make_shared<DrafterGateMemory>();

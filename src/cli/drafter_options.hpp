@@ -58,6 +58,10 @@ struct DrafterOptions {
   /// max(16, γ+1, 1 + the longest lookup draft) at a 256-token context, about a second; a progress line on
   /// a terminal) and saved to the default path, so that "auto" schedules
   /// with it from the first run on.
+  /// With confidence pruning alone (--min-conf, --thresholds, --schedule
+  /// thresholds) the profile is read or measured the same way for the
+  /// drafter-skip rule (SpecOptions::gate_sps); --schedule off and --no-prune
+  /// draft every round.
   SpecOptions spec(TargetModel* target = nullptr) const;
 
   /// The directory load() read the drafter from ("" before, or when none).
@@ -76,6 +80,7 @@ struct DrafterOptions {
   mutable std::string profile_key_;   // sps_profile_key of the target, set by load()
   mutable std::string resolved_dir_;  // set by load()
   mutable int drafter_gamma_ = 0;     // set by load() when a drafter is loaded
+  bool with_schedule_ = true;         // set by add(): false where the caller schedules verify lengths
   mutable std::optional<std::vector<double>> measured_sps_;  // the default profile, read or measured by spec()
 };
 

@@ -61,7 +61,7 @@ struct SpecSession::Impl {
   Impl(TargetModel& t, const DraftModel* d, std::vector<TokenId> p, GenerateOptions o, SpecOptions s)
       : target(t), drafter(d), prompt(std::move(p)), opts(std::move(o)), spec(std::move(s)),
         cache(t.new_cache(opts.ctx_size)), rng(opts.sampling.seed),
-        gate(spec.sps, spec.gate_memory, !opts.sampling.greedy()) {
+        gate(spec.sps.empty() ? spec.gate_sps : spec.sps, spec.gate_memory, !opts.sampling.greedy()) {
     opts.sampling.validate();
     if (opts.top_logprobs < -1 || opts.top_logprobs > kMaxTopLogprobs)
       throw InvalidArgument("top_logprobs must be in [-1, " + std::to_string(kMaxTopLogprobs) + "], got " +

@@ -50,6 +50,11 @@ struct SpecOptions {
   /// verify tokens (sps[B-1]); after drafting (and pruning, if on) the verify
   /// length is cut to schedule_single() of the calibrated survival.
   std::vector<double> sps;
+  /// The curve the drafter-skip rule (drafter_gate.hpp) prices rounds on
+  /// when `sps` is empty (confidence pruning alone): same units as `sps`;
+  /// ignored when `sps` is set, which the rule then uses. Both empty: every
+  /// round drafts (`--schedule off`, the mode that measures τ).
+  std::vector<double> gate_sps;
   /// Prompt-lookup drafts (lookup.hpp): when enabled, a round whose history
   /// holds a match drafts from it (up to lookup.max_draft tokens, never
   /// pruned by the drafter's thresholds); other rounds use the drafter. With
