@@ -941,11 +941,32 @@ TEST_F(ServeEngine, WaitQueueIsBounded) {
   // not the engine has admitted the first yet.
   EXPECT_THROW(engine.submit(prompt(3), greedy(3, false), {}), QueueFull);
   EXPECT_TRUE(engine.load().full());
+  // Several prompts of one request are queued all together or not at all:
+  // three could never be taken by one slot and one place in the queue (an
+  // invalid request, not a busy server), two do not fit now.
+  const auto several = [&](int n) {
+    std::vector<Engine::Submission> subs;
+    for (int i = 0; i < n; ++i) subs.push_back({prompt(4 + i), greedy(3, false)});
+    return subs;
+  };
+  try {
+    engine.submit_all(several(3), {});
+    ADD_FAILURE() << "3 prompts accepted by 1 slot + 1 queue place";
+  } catch (const InvalidArgument& e) {
+    EXPECT_STREQ(e.what(),
+                 "the request holds 3 prompts, but this server takes at most 2 at once (--parallel 1 + --max-queue 1)");
+  }
+  EXPECT_THROW(engine.submit_all(several(2), {}), QueueFull);
+  EXPECT_EQ(engine.load().queued + engine.load().active, 2);  // nothing of either was queued
   running->cancel();
   EXPECT_EQ(waiting->wait(), alone(prompt(2), 3).second);
   EXPECT_FALSE(engine.load().full());
   auto later = engine.submit(prompt(3), greedy(3, false), {});
   EXPECT_EQ(later->wait(), alone(prompt(3), 3).second);
+  auto both = engine.submit_all(several(2), {});
+  ASSERT_EQ(both.size(), 2u);
+  EXPECT_EQ(both[0]->wait(), alone(prompt(4), 3).second);
+  EXPECT_EQ(both[1]->wait(), alone(prompt(5), 3).second);
   EngineOptions negative;
   negative.max_queue = -1;
   EXPECT_THROW(Engine(*model_->target, *model_->tokenizer, nullptr, negative), InvalidArgument);

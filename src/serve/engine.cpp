@@ -174,28 +174,55 @@ Engine::~Engine() { shutdown(); }
 std::shared_ptr<Request> Engine::submit(std::vector<TokenId> prompt, GenerateOptions opts,
                                         std::vector<std::string> stop,
                                         std::optional<std::chrono::steady_clock::time_point> deadline) {
-  if (opts.on_token) throw InvalidArgument("submit: on_token must be empty");
-  auto slot = std::make_unique<Slot>(tokenizer_, std::move(stop));
-  slot->deadline = deadline;
-  Slot* s = slot.get();
-  opts.on_token = [s](TokenId id) { return s->on_token(id); };
-  slot->prompt_len = static_cast<int64_t>(prompt.size());
-  slot->logprobs = opts.top_logprobs >= 0;
-  slot->session.emplace(target_, drafter_, std::move(prompt), std::move(opts), opts_.spec);
-  auto req = slot->req;
+  std::vector<Submission> one;
+  one.push_back({std::move(prompt), std::move(opts)});
+  return submit_all(std::move(one), stop, deadline).front();
+}
+
+std::vector<std::shared_ptr<Request>> Engine::submit_all(
+    std::vector<Submission> subs, const std::vector<std::string>& stop,
+    std::optional<std::chrono::steady_clock::time_point> deadline) {
+  const int n = static_cast<int>(subs.size());
+  if (n == 0) throw InvalidArgument("submit_all: no prompts");
+  if (opts_.max_queue > 0 && n > opts_.parallel + opts_.max_queue)
+    throw InvalidArgument("the request holds " + std::to_string(n) + " prompts, but this server takes at most " +
+                          std::to_string(opts_.parallel + opts_.max_queue) + " at once (--parallel " +
+                          std::to_string(opts_.parallel) + " + --max-queue " + std::to_string(opts_.max_queue) + ")");
+  std::vector<std::unique_ptr<Slot>> slots;
+  std::vector<std::shared_ptr<Request>> reqs;
+  for (Submission& sub : subs) {
+    if (sub.opts.on_token) throw InvalidArgument("submit: on_token must be empty");
+    auto slot = std::make_unique<Slot>(tokenizer_, stop);
+    slot->deadline = deadline;
+    Slot* s = slot.get();
+    sub.opts.on_token = [s](TokenId id) { return s->on_token(id); };
+    slot->prompt_len = static_cast<int64_t>(sub.prompt.size());
+    slot->logprobs = sub.opts.top_logprobs >= 0;
+    slot->session.emplace(target_, drafter_, std::move(sub.prompt), std::move(sub.opts), opts_.spec);
+    reqs.push_back(slot->req);
+    slots.push_back(std::move(slot));
+  }
   {
     std::lock_guard lk(mu_);
     if (stopping_) throw Error("the server is shutting down");
     load_.queued = static_cast<int>(queue_.size());
-    if (load_.full())
-      throw QueueFull(std::to_string(load_.waiting()) + " requests already wait for one of the " +
-                      std::to_string(opts_.parallel) + " slots (the limit is " + std::to_string(opts_.max_queue) +
-                      "); retry later");
-    queue_.push_back(std::move(slot));
+    EngineLoad after = load_;
+    after.queued += n;
+    if (opts_.max_queue > 0 && after.waiting() > opts_.max_queue) {
+      if (n == 1)
+        throw QueueFull(std::to_string(load_.waiting()) + " requests already wait for one of the " +
+                        std::to_string(opts_.parallel) + " slots (the limit is " + std::to_string(opts_.max_queue) +
+                        "); retry later");
+      throw QueueFull("the request's " + std::to_string(n) + " prompts do not all fit now: " +
+                      std::to_string(load_.waiting()) + " requests already wait for one of the " +
+                      std::to_string(opts_.parallel) + " slots, " + std::to_string(load_.active) +
+                      " run (the limit is " + std::to_string(opts_.max_queue) + " waiting); retry later");
+    }
+    for (auto& slot : slots) queue_.push_back(std::move(slot));
     load_.queued = static_cast<int>(queue_.size());
   }
   cv_.notify_all();
-  return req;
+  return reqs;
 }
 
 void Engine::shutdown() {

@@ -450,12 +450,12 @@ struct Server::Impl {
       std::optional<std::chrono::steady_clock::time_point> deadline;
       if (const int64_t ms = ar.deadline_ms.value_or(opts.default_deadline.count()); ms > 0)
         deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+      std::vector<Engine::Submission> subs;
+      for (size_t i = 0; i < prompts.size(); ++i) subs.push_back({std::move(prompts[i]), std::move(options[i])});
       std::vector<std::shared_ptr<Request>> requests;
       try {
-        for (size_t i = 0; i < prompts.size(); ++i)
-          requests.push_back(engine().submit(std::move(prompts[i]), std::move(options[i]), ar.stop, deadline));
+        requests = engine().submit_all(std::move(subs), ar.stop, deadline);  // all of them, or none
       } catch (const std::exception& e) {
-        for (auto& r : requests) r->cancel();
         if (dynamic_cast<const InvalidArgument*>(&e)) throw RequestError(e.what());
         return send_unavailable(res, e.what(), dynamic_cast<const QueueFull*>(&e) ? retry_after() : 1);
       }

@@ -707,6 +707,12 @@ def long_stream(ctx):
 def beyond_the_queue_is_503_with_retry_after(ctx):
     h = ctx.health()
     assert h["parallel"] == 1 and h["max_queue"] == 1 and h["status"] == "ready", h
+    # More prompts in one request than a slot and the queue can ever hold:
+    # 400, and nothing was queued (not a 503 that no retry could cure).
+    status, _, raw = ctx.raw("POST", "/v1/completions", b'{"prompt": ["a", "b", "c"], "max_tokens": 2}')
+    assert status == 400, (status, raw)
+    assert "holds 3 prompts, but this server takes at most 2 at once" in json.loads(raw)["error"]["message"], raw
+    assert ctx.health()["queued"] == 0
     holder = long_stream(ctx)
     waiting_out = {}
 

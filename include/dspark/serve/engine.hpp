@@ -164,6 +164,19 @@ class Engine {
                                   std::vector<std::string> stop,
                                   std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt);
 
+  /// One prompt of submit_all().
+  struct Submission {
+    std::vector<TokenId> prompt;
+    GenerateOptions opts;
+  };
+  /// Queues every submission, or none (a request with several prompts, as
+  /// /v1/completions takes them): as submit(), and InvalidArgument when
+  /// there are more than parallel + max_queue of them (they could never all
+  /// be taken), QueueFull when they do not all fit now.
+  std::vector<std::shared_ptr<Request>> submit_all(
+      std::vector<Submission> subs, const std::vector<std::string>& stop,
+      std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt);
+
   /// Stops accepting requests, cancels queued and active ones (they end with
   /// FinishReason::Cancelled) and joins the engine thread. Idempotent.
   void shutdown();
