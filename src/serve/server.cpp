@@ -255,6 +255,11 @@ struct Server::Impl {
       }
       if (status == 404) {
         message = "no such endpoint: " + req.method + " " + req.path;
+      } else if (status == 400 && !req.method.empty() && req.has_header("Content-Length") &&
+                 !req.has_header("Transfer-Encoding")) {
+        // Headers read, body not: the client sent less than it announced.
+        message = "malformed HTTP request: its body ended, or stopped arriving for the read timeout, before the " +
+                  length + " bytes its Content-Length announced";
       } else if (status == 400) {
         // The HTTP library refused the request before any handler ran.
         message =

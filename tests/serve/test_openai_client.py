@@ -505,6 +505,22 @@ def bad_requests_get_400_and_server_keeps_serving(ctx):
         assert head.startswith(b"HTTP/1.1 %d" % want_status), (length, reply[:300])
         assert b"connection: close" in head.lower(), (length, head)
         assert want_message in json.loads(body)["error"]["message"], (length, body)
+    # A body that stops short of its Content-Length is answered after the
+    # read timeout (5 s), saying so.
+    with socket.create_connection((ctx.host, ctx.port), timeout=15) as sock:
+        sock.sendall(
+            b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 100\r\n\r\n{\"prompt\": \"hi\""
+        )
+        reply = b""
+        while b"\r\n\r\n" not in reply or not reply.rstrip().endswith(b"}"):
+            part = sock.recv(65536)
+            if not part:
+                break
+            reply += part
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400"), reply[:300]
+    assert "before the 100 bytes its Content-Length announced" in json.loads(body)["error"]["message"], body
     # The official client surfaces them as BadRequestError.
     for kw in ({"max_tokens": 0}, {"temperature": -1}, {"max_tokens": 10**7}):
         try:
