@@ -45,6 +45,10 @@ void DrafterConfig::validate() const {
   need(markov_rank >= 32 && markov_rank % 32 == 0,
        "markov_rank must be a positive multiple of 32, got " + std::to_string(markov_rank));
   need(!tap_layers.empty(), "at least one tap layer is required");
+  for (size_t i = 0; i < tap_layers.size(); ++i)
+    need(tap_layers[i] >= 0 && (i == 0 || tap_layers[i] > tap_layers[i - 1]),
+         "tap_layers must be strictly ascending layer indices (the order of the fc input the drafter was "
+         "trained on), got " + nlohmann::json(tap_layers).dump());
   need(vocab > 0, "vocab must be positive");
   need(mask_token_id < vocab, "mask_token_id outside the vocabulary");
   need(std::isfinite(rope_base) && rope_base > 1,

@@ -25,6 +25,10 @@ template <typename T>
 struct is_int_vector : std::false_type {};
 template <typename U>
 struct is_int_vector<std::vector<U>> : std::bool_constant<is_int<U>> {};
+template <typename T>
+struct is_float_vector : std::false_type {};
+template <typename U>
+struct is_float_vector<std::vector<U>> : std::bool_constant<std::is_floating_point_v<U>> {};
 
 // v as the integer type T, or throws FormatError("<where>: <what> must be an integer ...").
 template <typename T>
@@ -75,6 +79,17 @@ T json_get(const nlohmann::json& j, const std::string& key, const std::string& w
     for (size_t i = 0; i < v.size(); ++i)
       out.push_back(json_detail::strict_int<typename T::value_type>(
           v[i], where, "key '" + key + "' element " + std::to_string(i)));
+    return out;
+  } else if constexpr (json_detail::is_float_vector<T>::value) {
+    if (!v.is_array()) throw FormatError(where + ": key '" + key + "' has the wrong type (" + v.type_name() + ")");
+    T out;
+    out.reserve(v.size());
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (!v[i].is_number())
+        throw FormatError(where + ": key '" + key + "' element " + std::to_string(i) + " must be a number, got " +
+                          v[i].dump());
+      out.push_back(v[i].get<typename T::value_type>());
+    }
     return out;
   } else {
     try {
