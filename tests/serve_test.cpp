@@ -386,6 +386,16 @@ TEST(RequestChecks, SeedsBeyond2To64AreRefusedNotWrapped) {
   EXPECT_EQ(error_param(R"({"prompt": "x", "seed": 18446744073709551617})"), "seed");
   EXPECT_EQ(error_param(R"({"prompt": "x", "seed": 1.5})"), "seed");
   EXPECT_EQ(parse_request(R"({"prompt": "x", "seed": 7.0})", Endpoint::Completions, {}).sampling.seed, 7u);
+  // An integer written as a float above 2^53 is still that integer.
+  EXPECT_EQ(parse_request(R"({"prompt": "x", "seed": 1e19})", Endpoint::Completions, {}).sampling.seed,
+            uint64_t{10000000000000000000u});
+  // A number of the wrong kind is quoted.
+  try {
+    parse_request(R"({"prompt": "x", "max_tokens": 5.5})", Endpoint::Completions, {});
+    ADD_FAILURE() << "max_tokens 5.5 accepted";
+  } catch (const RequestError& e) {
+    EXPECT_STREQ(e.what(), "'max_tokens' must be an integer, got 5.5");
+  }
 }
 
 TEST(RequestChecks, StopListsAndMaxTokens) {

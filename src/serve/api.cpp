@@ -21,7 +21,10 @@ const json* field(const json& j, const char* key) {
 }
 
 [[noreturn]] void wrong_type(const char* key, const char* expected, const json& v) {
-  throw RequestError(std::string("'") + key + "' must be " + expected + ", got " + v.type_name(), key);
+  // A number of the wrong kind (5.5 for an integer) is quoted; other types are named.
+  throw RequestError(std::string("'") + key + "' must be " + expected + ", got " +
+                         (v.is_number() ? v.dump() : std::string(v.type_name())),
+                     key);
 }
 
 std::optional<int64_t> get_int(const json& j, const char* key) {
@@ -75,14 +78,17 @@ auto checked(const char* param, F&& f) -> decltype(f()) {
   }
 }
 
-// The decimal text of an integer-valued JSON number (a seed beyond 2^64
-// arrives as a float and keeps its written value, so the check refuses it).
+// The decimal text of an integer-valued JSON number: a float that is an
+// integer in [0, 2^64) (1e19) is that integer exactly; one beyond 2^64
+// keeps its written value, so the check refuses it.
 std::string integer_text(const json& v, const char* key) {
   if (v.is_number_unsigned()) return std::to_string(v.get<uint64_t>());
   if (v.is_number_integer()) return std::to_string(v.get<int64_t>());
   if (v.is_number_float()) {
     const double d = v.get<double>();
     if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.0e15) return std::to_string(static_cast<int64_t>(d));
+    if (std::isfinite(d) && d == std::floor(d) && d > 0 && d < 18446744073709551616.0)
+      return std::to_string(static_cast<uint64_t>(d));
     return v.dump();
   }
   wrong_type(key, "an integer", v);
