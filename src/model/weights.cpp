@@ -3,6 +3,7 @@
 
 #include "dspark/error.hpp"
 #include "dspark/io/dequant.hpp"
+#include "dspark/io/tensor_check.hpp"
 
 namespace dspark {
 
@@ -46,6 +47,7 @@ Weights::Weights(const io::GGUFFile& f, std::vector<TensorSpec> specs, ops::Comp
       if (!ok)
         throw FormatError(f.path() + ": tensor '" + s.name + "' has shape " + shape_str(t->shape()) + " (" +
                           std::to_string(t->n_elements()) + " elements), expected " + shape_str(s.shape));
+      io::check_tensor_finite(*t, f.path());
     } else if (s.required) {
       throw FormatError(f.path() + ": missing tensor '" + s.name + "' of shape " + shape_str(s.shape) + " (" +
                         std::to_string(elements(s.shape)) + " elements)");
