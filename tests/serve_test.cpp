@@ -212,6 +212,13 @@ TEST(ServeApi, RejectsBadRequestsNamingTheField) {
   EXPECT_EQ(error_param(R"({"prompt": "a", "logprobs": 21})"), "logprobs");
   EXPECT_EQ(error_param(R"({"prompt": "hi", "model": 3})"), "model");
   EXPECT_EQ(error_param(R"({"prompt": "hi", "max_tokens": "ten"})"), "max_tokens");
+  EXPECT_EQ(error_param(R"({"prompt": "hi", "best_of": 2})"), "best_of");
+  EXPECT_EQ(error_param(R"({"prompt": "hi", "echo": true})"), "echo");
+  EXPECT_EQ(error_param(R"({"prompt": "hi", "logit_bias": {"50256": -100}})"), "logit_bias");
+  EXPECT_EQ(error_param(R"({"prompt": "hi", "logit_bias": [1]})"), "logit_bias");
+  // Their neutral values pass.
+  EXPECT_NO_THROW(parse_request(R"({"prompt": "hi", "best_of": 1, "echo": false, "logit_bias": {}})",
+                                Endpoint::Completions, SamplingParams{}));
   EXPECT_EQ(error_param(R"({"prompt": "hi", "max_tokens": 0})"), "max_tokens");
   EXPECT_EQ(error_param(R"({"prompt": "hi", "max_tokens": 2.5})"), "max_tokens");
   EXPECT_EQ(error_param(R"({"prompt": "hi", "temperature": "hot"})"), "temperature");

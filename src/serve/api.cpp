@@ -306,6 +306,18 @@ ApiRequest parse_request(std::string_view body, Endpoint endpoint, const Samplin
   }
   if (auto n = get_int(j, "n"); n && *n != 1)
     throw RequestError("'n' must be 1 (one choice per request), got " + std::to_string(*n), "n");
+  // Fields that change what the client gets back, which this server does
+  // not do: refused rather than ignored (their neutral values pass).
+  if (auto b = get_int(j, "best_of"); b && *b != 1)
+    throw RequestError("'best_of' must be 1 (this server returns the one generated choice), got " + std::to_string(*b),
+                       "best_of");
+  if (get_bool(j, "echo").value_or(false))
+    throw RequestError("'echo' is not supported: the completion does not repeat the prompt", "echo");
+  if (const json* lb = field(j, "logit_bias")) {
+    if (!lb->is_object()) wrong_type("logit_bias", "an object", *lb);
+    if (!lb->empty())
+      throw RequestError("'logit_bias' is not supported: the target's distribution is sampled as it is", "logit_bias");
+  }
   r.stop = parse_stop(j);
   r.top_logprobs = parse_logprobs(j, endpoint);
   if (auto d = get_int(j, "deadline_ms")) {
