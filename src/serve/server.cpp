@@ -207,12 +207,18 @@ struct Server::Impl {
   // without this, a missing or unreadable Content-Length makes it wait for
   // the read timeout (5 s) before refusing the request.
   static httplib::Server::HandlerResponse framing(const httplib::Request& req, httplib::Response& res) {
-    if (req.method != "POST" || req.has_header("Transfer-Encoding"))
-      return httplib::Server::HandlerResponse::Unhandled;
+    if (req.method != "POST") return httplib::Server::HandlerResponse::Unhandled;
     const std::string length = req.get_header_value("Content-Length");
     int status = 0;
     std::string message;
-    if (length.empty()) {
+    if (req.has_header("Transfer-Encoding")) {
+      // Both framings at once is how requests are smuggled past proxies
+      // (RFC 9112 §6.1): refused, with the connection closed.
+      if (req.has_header("Content-Length")) {
+        status = 400;
+        message = "a request must not carry both Transfer-Encoding and Content-Length";
+      }
+    } else if (length.empty()) {
       status = 411;
       message = "a POST needs a Content-Length header (the size of its JSON body in bytes)";
     } else if (malformed_content_length(length)) {

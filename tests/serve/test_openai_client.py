@@ -491,6 +491,7 @@ def bad_requests_get_400_and_server_keeps_serving(ctx):
         (b"abc", 400, "Content-Length: expected a non-negative integer, got 'abc'"),
         (b"99999999999999999999", 413, "the limit is 64 MiB"),
         (None, 411, "a POST needs a Content-Length header"),
+        (b"2\r\nTransfer-Encoding: chunked", 400, "must not carry both Transfer-Encoding and Content-Length"),
     ):
         with socket.create_connection((ctx.host, ctx.port), timeout=4.5) as sock:
             header = b"" if length is None else b"Content-Length: " + length + b"\r\n"
