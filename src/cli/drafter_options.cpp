@@ -158,6 +158,23 @@ void DrafterOptions::measure_profile(TargetModel& target) const {
   measured_sps_ = current_sps_profile(target, profile_path(), o, tty ? &std::cerr : nullptr);
 }
 
+void DrafterOptions::read_or_measure_profile(TargetModel* target, bool warn) const {
+  if (measured_sps_) return;
+  if (target != nullptr) {
+    measure_profile(*target);
+    return;
+  }
+  // No target to measure on (dspark serve keeps its own curve current): the
+  // saved profile, if any.
+  if (!std::filesystem::exists(profile_path())) return;
+  try {
+    measured_sps_ = load_sps_profile(profile_path()).sps;
+    make_sps_monotone(*measured_sps_);
+  } catch (const Error& e) {
+    if (warn) std::cerr << "warning: ignoring the SPS profile " << profile_path() << ": " << e.what() << "\n";
+  }
+}
+
 SpecOptions DrafterOptions::spec(TargetModel* target) const {
   if (std::isnan(min_conf)) throw InvalidArgument("--min-conf: expected a number in [0, 1], got nan");
   // With no drafter, lookup drafts only when asked for: `--drafter none` is plain decoding.
@@ -177,20 +194,9 @@ SpecOptions DrafterOptions::spec(TargetModel* target) const {
     const bool explicit_pruning = min_conf >= 0 || !thresholds.empty();
     bool have_profile = !profile.empty() || measured_sps_.has_value();
     const bool wants_profile = !explicit_pruning && !no_prune && (drafter_gamma_ > 0 || lk.enabled());
-    if (!have_profile && wants_profile && target != nullptr) {
-      measure_profile(*target);
+    if (!have_profile && wants_profile) {
+      read_or_measure_profile(target, /*warn=*/true);
       have_profile = measured_sps_.has_value();
-    } else if (!have_profile && wants_profile && std::filesystem::exists(profile_path())) {
-      // No target to measure on (dspark serve keeps its own curve current):
-      // the saved profile decides the schedule.
-      try {
-        measured_sps_ = load_sps_profile(profile_path()).sps;
-        make_sps_monotone(*measured_sps_);
-        have_profile = true;
-      } catch (const Error& e) {
-        std::cerr << "warning: ignoring the SPS profile " << profile_path() << ": " << e.what()
-                  << "\n";
-      }
     }
     schedule = no_prune ? "off" : have_profile && !explicit_pruning ? "sps" : "thresholds";
   }
@@ -212,16 +218,8 @@ SpecOptions DrafterOptions::spec(TargetModel* target) const {
   // the skip rule prices rounds on this machine's profile (measured on first
   // use, as for `auto`). `off` verifies every drafted token of every round.
   if (schedule == "thresholds" && drafter_gamma_ > 0 && with_schedule_) {
-    if (!measured_sps_ && target != nullptr) {
-      measure_profile(*target);
-    } else if (!measured_sps_ && std::filesystem::exists(profile_path())) {
-      try {
-        measured_sps_ = load_sps_profile(profile_path()).sps;
-        make_sps_monotone(*measured_sps_);
-      } catch (const Error&) {
-        // The schedule does not need it; the rule then drafts every round.
-      }
-    }
+    // The schedule does not need it: unreadable, the rule drafts every round.
+    read_or_measure_profile(target, /*warn=*/false);
     if (measured_sps_) s.gate_sps = *measured_sps_;
   }
   s.min_conf = min_conf;

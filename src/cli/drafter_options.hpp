@@ -69,6 +69,9 @@ struct DrafterOptions {
 
  private:
   void measure_profile(TargetModel& target) const;  // sets measured_sps_: the default profile, kept current
+  // measured_sps_ unless set: measured on `target`, else read from the saved default profile (`warn`: say
+  // when it cannot be read).
+  void read_or_measure_profile(TargetModel* target, bool warn) const;
   std::string profile_path() const;  // the default profile of profile_key_ at this thread count
 
   CLI::Option* thresholds_opt_ = nullptr;  // set by add(): tells "--thresholds ''" from no option
