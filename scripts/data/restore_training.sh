@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Puts back on a fresh machine what a training run needs, in one command:
 #
-#   scripts/data/restore_training.sh [NAME] [MODEL]     # default: smollm2-v1 smollm2
+#   scripts/data/restore_training.sh [NAME] [MODEL]     # default: smollm2-greedy smollm2
 #
 # 1. the regenerated token data: unpacked from data/regen/NAME.tar.xz (kept in
 #    the repository by scripts/data/pack_regen.sh) into
@@ -24,14 +24,18 @@
 # Every step is resumable and skips what is already there.
 set -euo pipefail
 REPO="$(cd "$(dirname "$0")/../.." && pwd)"
-NAME="${1:-smollm2-v1}"
+NAME="${1:-smollm2-greedy}"
 MODEL="${2:-smollm2}"
 DSPARK="${DSPARK:-$REPO/build/dspark}"
 HOME_DIR="${DSPARK_HOME:-$HOME/.cache/dspark}"
 INIT="${INIT:-$REPO/drafters/smollm2}"
 THREADS="${THREADS:-2}"
 PROMPTS="${PROMPTS:-$REPO/data/train-prompts/prompts.jsonl}"
-REGEN_ARGS="${REGEN_ARGS:--n 256 --batch 32 --seed 0}"
+# The sets in data/regen/ were written greedy (NAME ending in -greedy) or
+# with regen's default sampling.
+if [[ "$NAME" == *-greedy ]]; then DEFAULT_REGEN="-n 256 --batch 32 --temp 0 --seed 0"
+else DEFAULT_REGEN="-n 256 --batch 32 --seed 0"; fi
+REGEN_ARGS="${REGEN_ARGS:-$DEFAULT_REGEN}"
 DATA="$HOME_DIR/data/regen/$NAME"
 ARCHIVE="$REPO/data/regen/$NAME.tar.xz"
 
