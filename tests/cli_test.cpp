@@ -222,6 +222,26 @@ TEST_F(Cli, PromptLongerThanContext) {
   expect_one_line_error(run_dspark("generate -m smollm2 -c 1 -p hi", tmp),
                         "prompt too long: 1 token and a context of 1; the context holds the prompt and at least one "
                         "generated token, so it needs at least 2 (or a shorter prompt)");
+  // Longer than the model's 8,192-token context: no -c can hold it, so the
+  // message gives the longest prompt allowed instead.
+  const auto path = tmp.path() / "long.txt";
+  {
+    std::ofstream f(path);
+    for (int i = 0; i < 9000; ++i) f << "word ";
+  }
+  expect_one_line_error(run_dspark("generate -m smollm2 -f " + path.string(), tmp),
+                        "and the model's context is 8192 tokens, so the prompt must be at most 8191 tokens");
+}
+
+TEST_F(Cli, DraftVocabLargerThanTheVocabularyIsRefused) {
+  const auto dir = tmp.path() / "drafter";
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(DSPARK_SOURCE_DIR "/drafters/smollm2/dspark.json", dir / "dspark.json");
+  expect_one_line_error(
+      run_dspark("draft-vocab -m smollm2 --data " + (tmp.path() / "none").string() + " --drafter " + dir.string() +
+                     " -n 10000000 --dry-run",
+                 tmp),
+      "--size 10000000 is more than the model's vocabulary of 49152 tokens (0: draft on the whole vocabulary)");
 }
 
 TEST_F(Cli, InvalidSamplingParameters) {

@@ -40,14 +40,18 @@ TokenLogprobs token_logprobs(const float* logits, int64_t V, TokenId id, int top
   return out;
 }
 
-void check_prompt_fits(int64_t prompt_tokens, int64_t ctx_size) {
+void check_prompt_fits(int64_t prompt_tokens, int64_t ctx_size, int64_t model_context) {
   if (prompt_tokens <= 0) throw InvalidArgument("the prompt is empty: at least one token is needed");
   if (prompt_tokens >= ctx_size) {
-    throw InvalidArgument("prompt too long: " + std::to_string(prompt_tokens) +
-                          (prompt_tokens == 1 ? " token" : " tokens") +
-                          " and a context of " + std::to_string(ctx_size) +
-                          "; the context holds the prompt and at least one generated token, so it needs at least " +
-                          std::to_string(prompt_tokens + 1) + " (or a shorter prompt)");
+    const std::string head = "prompt too long: " + std::to_string(prompt_tokens) +
+                             (prompt_tokens == 1 ? " token" : " tokens") + " and a context of " +
+                             std::to_string(ctx_size) + "; the context holds the prompt and at least one generated token";
+    if (model_context > 0 && prompt_tokens >= model_context)
+      throw InvalidArgument(head + ", and the model's context is " + std::to_string(model_context) +
+                            " tokens, so the prompt must be at most " + std::to_string(model_context - 1) +
+                            " tokens");
+    throw InvalidArgument(head + ", so it needs at least " + std::to_string(prompt_tokens + 1) +
+                          " (or a shorter prompt)");
   }
 }
 

@@ -66,7 +66,7 @@ struct SpecSession::Impl {
     if (opts.top_logprobs < -1 || opts.top_logprobs > kMaxTopLogprobs)
       throw InvalidArgument("top_logprobs must be in [-1, " + std::to_string(kMaxTopLogprobs) + "], got " +
                             std::to_string(opts.top_logprobs));
-    check_prompt_fits(static_cast<int64_t>(prompt.size()), cache.max_tokens());
+    check_prompt_fits(static_cast<int64_t>(prompt.size()), cache.max_tokens(), t.info().context);
     spec.lookup.validate();
     if (spec.lookup.enabled()) {
       lookup_gamma = spec.lookup.max_draft;

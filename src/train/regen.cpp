@@ -235,7 +235,7 @@ void generate_batched(TargetModel& model, std::span<const BatchRequest> requests
   const int64_t ctx = opts.ctx_size > 0 ? opts.ctx_size : info.context;
   for (size_t i = 0; i < requests.size(); ++i) {
     try {
-      check_prompt_fits(static_cast<int64_t>(requests[i].prompt.size()), ctx);
+      check_prompt_fits(static_cast<int64_t>(requests[i].prompt.size()), ctx, info.context);
     } catch (const InvalidArgument& e) {
       throw InvalidArgument("request " + std::to_string(i) + ": " + e.what());
     }
