@@ -242,6 +242,11 @@ TEST_F(Cli, DraftVocabLargerThanTheVocabularyIsRefused) {
                      " -n 10000000 --dry-run",
                  tmp),
       "--size 10000000 is more than the model's vocabulary of 49152 tokens (0: draft on the whole vocabulary)");
+  expect_one_line_error(run_dspark("train -m smollm2 --data " + (tmp.path() / "none").string() + " --out " +
+                                       (tmp.path() / "run").string() + " --draft-vocab 49153 --steps 1",
+                                   tmp),
+                        "--draft-vocab 49153 is more than the model's vocabulary of 49152 tokens (0: train on the "
+                        "whole vocabulary)");
 }
 
 TEST_F(Cli, InvalidSamplingParameters) {

@@ -140,8 +140,11 @@ class TrainCommand : public Command {
     if (draft_vocab_ > 0 && needs_draft_vocab()) {
       LoadedModel m = LoadedModel::load(model_.model, model_.compute_mode());  // the stop ids come with the tokenizer
       target = std::move(m.target);
-      const train::TrainDataset data = train::TrainDataset::load(cfg_.data_dir);
       const int64_t V = target->info().vocab;
+      if (draft_vocab_ > V)
+        throw InvalidArgument("--draft-vocab " + std::to_string(draft_vocab_) + " is more than the model's vocabulary of " +
+                              std::to_string(V) + " tokens (0: train on the whole vocabulary)");
+      const train::TrainDataset data = train::TrainDataset::load(cfg_.data_dir);
       const train::DraftVocab dv = train::select_draft_vocab(data, draft_vocab_, V, m.stop_ids);
       if (!quiet_)
         std::fprintf(stderr, "draft vocabulary: %zu of %lld tokens; covers %.2f%% of %lld supervised tokens\n",
