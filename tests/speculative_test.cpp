@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdint>
 #include <iostream>
+#include <algorithm>
 #include <map>
 #include <numeric>
 #include <random>
@@ -1157,3 +1158,28 @@ TEST(SpecRollback, SeveralRoundsThenFreshPrefill) {
 }
 
 }  // namespace
+
+TEST(Sampling, TopKIdsEqualAFullSortsFirstK) {
+  // Logits drawn from few distinct values, so ties are common; the kept ids
+  // and their order must be those of a stable full sort (descending logit,
+  // ascending id), which plain and speculative sampling both rely on.
+  std::mt19937 gen(7);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int64_t V = 1 + static_cast<int64_t>(gen() % 300);
+    const int levels = 1 + static_cast<int>(gen() % 12);
+    std::vector<float> logits(static_cast<size_t>(V));
+    for (float& x : logits) x = static_cast<float>(static_cast<int>(gen() % levels)) * 0.5f - 2.f;
+    if (gen() % 4 == 0) logits[gen() % V] = -INFINITY;
+    std::vector<TokenId> all(static_cast<size_t>(V));
+    std::iota(all.begin(), all.end(), 0);
+    std::stable_sort(all.begin(), all.end(), [&](TokenId a, TokenId b) { return logits[a] > logits[b]; });
+    for (int64_t k : {int64_t{1}, std::min<int64_t>(2, V), std::max<int64_t>(1, V / 3), V}) {
+      const std::vector<TokenId> want(all.begin(), all.begin() + k);
+      EXPECT_EQ(top_k_ids(logits.data(), V, k), want) << "V " << V << " k " << k;
+    }
+  }
+  const std::vector<float> hand = {1.f, 3.f, 2.f, 3.f, 0.f};
+  EXPECT_EQ(top_k_ids(hand.data(), 5, 3), (std::vector<TokenId>{1, 3, 2}));
+  EXPECT_THROW(top_k_ids(hand.data(), 5, 0), InvalidArgument);
+  EXPECT_THROW(top_k_ids(hand.data(), 5, 6), InvalidArgument);
+}

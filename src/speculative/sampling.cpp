@@ -60,6 +60,32 @@ TokenId argmax(const float* logits, int64_t V) {
   return static_cast<TokenId>(best);
 }
 
+std::vector<TokenId> top_k_ids(const float* logits, int64_t V, int64_t k) {
+  if (k < 1 || k > V)
+    throw InvalidArgument("top_k_ids: k must be in [1, V = " + std::to_string(V) + "], got " + std::to_string(k));
+  auto before = [&](TokenId a, TokenId b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  };
+  // One pass in ascending id order over a heap of the k best so far, the
+  // last of them (in candidate order) on top. A later id with an equal
+  // logit comes after every kept one, so only a strictly larger logit
+  // displaces the last: the kept set is that of a full sort's first k.
+  std::vector<TokenId> heap;
+  heap.reserve(static_cast<size_t>(k));
+  for (int64_t i = 0; i < k; ++i) heap.push_back(static_cast<TokenId>(i));
+  std::make_heap(heap.begin(), heap.end(), before);
+  float bar = logits[heap.front()];
+  for (int64_t i = k; i < V; ++i) {
+    if (!(logits[i] > bar)) continue;
+    std::pop_heap(heap.begin(), heap.end(), before);
+    heap.back() = static_cast<TokenId>(i);
+    std::push_heap(heap.begin(), heap.end(), before);
+    bar = logits[heap.front()];
+  }
+  std::sort(heap.begin(), heap.end(), before);
+  return heap;
+}
+
 Distribution process_logits(const float* logits, int64_t V, const SamplingParams& p) {
   if (p.greedy()) throw InvalidArgument("process_logits: greedy parameters have no distribution");
   for (int64_t i = 0; i < V; ++i)
@@ -70,12 +96,12 @@ Distribution process_logits(const float* logits, int64_t V, const SamplingParams
     return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
   };
   const int64_t k = (p.top_k <= 0 || p.top_k >= V) ? V : p.top_k;
-  std::vector<TokenId> ids(static_cast<size_t>(V));
-  std::iota(ids.begin(), ids.end(), 0);
+  std::vector<TokenId> ids;
   if (k < V) {
-    std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), before);
-    ids.resize(static_cast<size_t>(k));
+    ids = top_k_ids(logits, V, k);
   } else {
+    ids.resize(static_cast<size_t>(V));
+    std::iota(ids.begin(), ids.end(), 0);
     std::sort(ids.begin(), ids.end(), before);
   }
   // Softmax of the scaled logits over the kept candidates.

@@ -84,6 +84,12 @@ struct Distribution {
 /// token when a logit is NaN or +inf (corrupt or overflowing weights).
 TokenId argmax(const float* logits, int64_t V);
 
+/// The ids of the k largest logits of [V] (fp32), in candidate order
+/// (descending logit, ties by ascending id): the first k of a full sort in
+/// one pass over V, which is what top-k sampling pays per verified position.
+/// Throws InvalidArgument unless 1 <= k <= V.
+std::vector<TokenId> top_k_ids(const float* logits, int64_t V, int64_t k);
+
 /// Applies steps 1-6 to logits [V] (fp32). Requires !params.greedy().
 /// Throws dspark::Error for a NaN or +inf logit, as argmax does.
 Distribution process_logits(const float* logits, int64_t V, const SamplingParams& params);
