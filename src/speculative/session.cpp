@@ -48,13 +48,19 @@ struct SpecSession::Impl {
   int64_t lookup_reached_all = 0, lookup_accepted_all = 0;  // their sums
   std::vector<double> dr_acceptance;  // a lookup draft's estimated acceptance per position
   DrafterGate gate;    // whether a round runs the drafter (its rounds so far, the SPS curve)
-  double dr_s = 0;     // drafting seconds of the current round
+  // Drafting seconds of the current round as the drafter-skip rule prices
+  // it: a round after skipped ones takes in their context too, and only the
+  // share a drafter running every round would take in (the last round's
+  // rows) is charged, or one exploration round after many skipped would
+  // look many times its cost and keep the drafter off.
+  double dr_s = 0;
   // Target features of emitted tokens the drafter has not yet taken in
   // (append_context): rounds that do not draft leave them here, and the
   // next drafting round takes them all in one call (the same drafter state:
   // the drafter's kernels give every row the same bits in any batch).
   std::vector<at::Tensor> pending_taps;
   int64_t pending_rows = 0;
+  int64_t last_rows = 0;  // rows of the last deferred round
   std::vector<TokenId> block;
   Clock::time_point t_start, t_prefilled, t_call;
 
@@ -128,6 +134,7 @@ struct SpecSession::Impl {
   void defer_context(const at::Tensor& taps) {
     pending_taps.push_back(taps.clone());  // the forward's buffer is reused
     pending_rows += taps.size(0);
+    last_rows = taps.size(0);
     // Bounded memory while lookup drafts run for a long time.
     if (pending_rows >= kMaxPendingRows) flush_context();
   }
@@ -247,9 +254,13 @@ void SpecSession::draft() {
   const int g_lookup = static_cast<int>(std::min<int64_t>({s.lookup_gamma, room, budget}));
   const int g = static_cast<int>(std::min<int64_t>({s.gamma, room, budget}));
   if (!(g_lookup > 0 && s.draft_lookup(g_lookup)) && s.drafter && g > 0 && s.gate.should_draft()) {
+    const double share =
+        s.pending_rows > 0 ? std::min(1.0, static_cast<double>(s.last_rows) / static_cast<double>(s.pending_rows)) : 1.0;
+    const auto tf = Clock::now();
     s.flush_context();
+    const auto td = Clock::now();
     s.dr = s.drafter->draft(s.ds, s.anchor, g, s.opts.sampling, s.rng);
-    s.dr_s = seconds(t0, Clock::now());
+    s.dr_s = seconds(t0, tf) + share * seconds(tf, td) + seconds(td, Clock::now());
   }
   s.res.stats.draft_s += seconds(t0, Clock::now());
   s.ell = static_cast<int>(s.dr.tokens.size());
