@@ -11,11 +11,11 @@
 // all 40 dev prompts, longer outputs) and the statistical sample sizes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
 #include <iostream>
-#include <algorithm>
 #include <map>
 #include <numeric>
 #include <random>

@@ -37,9 +37,7 @@ class DraftVocabCommand : public Command {
     DrafterConfig cfg = config_from_json(j, path);
     check_drafter_matches(cfg, m.target->info());
     const int64_t V = m.target->info().vocab;
-    if (size_ > V)
-      throw InvalidArgument("--size " + std::to_string(size_) + " is more than the model's vocabulary of " +
-                            std::to_string(V) + " tokens (0: draft on the whole vocabulary)");
+    train::check_draft_vocab_size(size_, V, "--size", "draft on the whole vocabulary");
     if (size_ == 0) {
       j["config"].erase("draft_vocab");
       std::printf("draft vocabulary: the whole vocabulary (%lld tokens)\n", static_cast<long long>(V));

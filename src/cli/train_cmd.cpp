@@ -141,9 +141,7 @@ class TrainCommand : public Command {
       LoadedModel m = LoadedModel::load(model_.model, model_.compute_mode());  // the stop ids come with the tokenizer
       target = std::move(m.target);
       const int64_t V = target->info().vocab;
-      if (draft_vocab_ > V)
-        throw InvalidArgument("--draft-vocab " + std::to_string(draft_vocab_) + " is more than the model's vocabulary of " +
-                              std::to_string(V) + " tokens (0: train on the whole vocabulary)");
+      train::check_draft_vocab_size(draft_vocab_, V, "--draft-vocab", "train on the whole vocabulary");
       const train::TrainDataset data = train::TrainDataset::load(cfg_.data_dir);
       const train::DraftVocab dv = train::select_draft_vocab(data, draft_vocab_, V, m.stop_ids);
       if (!quiet_)

@@ -60,12 +60,20 @@ TokenId argmax(const float* logits, int64_t V) {
   return static_cast<TokenId>(best);
 }
 
+namespace {
+// Candidate order: descending logit, ascending id.
+struct Before {
+  const float* logits;
+  bool operator()(TokenId a, TokenId b) const {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  }
+};
+}  // namespace
+
 std::vector<TokenId> top_k_ids(const float* logits, int64_t V, int64_t k) {
   if (k < 1 || k > V)
     throw InvalidArgument("top_k_ids: k must be in [1, V = " + std::to_string(V) + "], got " + std::to_string(k));
-  auto before = [&](TokenId a, TokenId b) {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-  };
+  const Before before{logits};
   // One pass in ascending id order over a heap of the k best so far, the
   // last of them (in candidate order) on top. A later id with an equal
   // logit comes after every kept one, so only a strictly larger logit
@@ -91,10 +99,6 @@ Distribution process_logits(const float* logits, int64_t V, const SamplingParams
   for (int64_t i = 0; i < V; ++i)
     if (!(logits[i] < INFINITY)) bad_logits(i, logits[i]);
   const float inv_t = 1.f / p.temperature;
-  // Candidate order: descending logit, ascending id.
-  auto before = [&](TokenId a, TokenId b) {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-  };
   const int64_t k = (p.top_k <= 0 || p.top_k >= V) ? V : p.top_k;
   std::vector<TokenId> ids;
   if (k < V) {
@@ -102,7 +106,7 @@ Distribution process_logits(const float* logits, int64_t V, const SamplingParams
   } else {
     ids.resize(static_cast<size_t>(V));
     std::iota(ids.begin(), ids.end(), 0);
-    std::sort(ids.begin(), ids.end(), before);
+    std::sort(ids.begin(), ids.end(), Before{logits});
   }
   // Softmax of the scaled logits over the kept candidates.
   const float mx = logits[ids[0]] * inv_t;

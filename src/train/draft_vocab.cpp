@@ -8,6 +8,12 @@
 
 namespace dspark::train {
 
+void check_draft_vocab_size(int64_t size, int64_t vocab, const std::string& flag, const std::string& zero_meaning) {
+  if (size > vocab)
+    throw InvalidArgument(flag + " " + std::to_string(size) + " is more than the model's vocabulary of " +
+                          std::to_string(vocab) + " tokens (0: " + zero_meaning + ")");
+}
+
 DraftVocab select_draft_vocab(const TrainDataset& data, int64_t size, int64_t vocab,
                               const std::vector<TokenId>& always) {
   if (size < 1) throw InvalidArgument("draft vocabulary size must be >= 1, got " + std::to_string(size));

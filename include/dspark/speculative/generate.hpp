@@ -64,9 +64,9 @@ GenerateResult generate_plain(TargetModel& model, const std::vector<TokenId>& pr
 TokenId pick_token(const float* logits, int64_t V, const SamplingParams& p, Rng& rng, int64_t position);
 
 /// Validates prompt length against the context of `ctx_size` tokens (the
-/// prompt and at least one generated token); throws InvalidArgument. With
-/// `model_context` > 0 (the model's trained context), a prompt that no
-/// context size could hold is told the longest prompt allowed.
-void check_prompt_fits(int64_t prompt_tokens, int64_t ctx_size, int64_t model_context = 0);
+/// prompt and at least one generated token); throws InvalidArgument. A
+/// prompt that no context size could hold (at least `model_context`, the
+/// model's trained context; 0: unknown) is told the longest prompt allowed.
+void check_prompt_fits(int64_t prompt_tokens, int64_t ctx_size, int64_t model_context);
 
 }  // namespace dspark

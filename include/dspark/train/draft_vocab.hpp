@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "dspark/model/target.hpp"
@@ -33,6 +34,12 @@ struct DraftVocab {
 /// max(size, |always|) (capped at `vocab`).
 /// Throws InvalidArgument when size < 1, vocab < 1, or an id of `always` or
 /// of the data lies outside [0, vocab).
+/// Refuses a draft vocabulary of `size` tokens past the model's `vocab`,
+/// naming the option `flag` and what its 0 means (`zero_meaning`):
+/// InvalidArgument "FLAG N is more than the model's vocabulary of V tokens
+/// (0: ZERO_MEANING)".
+void check_draft_vocab_size(int64_t size, int64_t vocab, const std::string& flag, const std::string& zero_meaning);
+
 DraftVocab select_draft_vocab(const TrainDataset& data, int64_t size, int64_t vocab,
                               const std::vector<TokenId>& always);
 
