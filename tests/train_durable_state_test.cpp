@@ -111,7 +111,7 @@ TEST(TrainDurableState, ACheckpointCopiedElsewhereResumesBitForBit) {
   const std::string other = s.dir.file("other");
   write_dataset(other, s.target->info().id, random_sequences(5, 30, 6, s.target->info().vocab, 4));
   TrainConfig co = cm;
-  co.data_dir = other;
+  co.data_dirs = {other};
   const std::string msg = test::message_of<InvalidArgument>([&] { Trainer t(co, *s.target); });
   EXPECT_MENTIONS(msg, "trained on other data (5 sequences, 150 tokens, hash " + st.at("data").at("hash").get<std::string>());
   EXPECT_MENTIONS(msg, other);

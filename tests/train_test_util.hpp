@@ -38,7 +38,7 @@ struct TinySetup {
   }
   train::TrainConfig config(const std::string& data, const std::string& out) const {
     train::TrainConfig c;
-    c.data_dir = data;
+    c.data_dirs = {data};
     c.out_dir = out;
     c.drafter.gamma = 4;
     c.drafter.n_layers = 1;

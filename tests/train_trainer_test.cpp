@@ -31,6 +31,7 @@
 #include "dspark/speculative/generate.hpp"
 #include "dspark/speculative/speculative.hpp"
 #include "dspark/train/data.hpp"
+#include "dspark/train/data_fingerprint.hpp"
 #include "dspark/train/draft_vocab.hpp"
 #include "dspark/train/feature_cache.hpp"
 #include "dspark/train/regen.hpp"
@@ -78,6 +79,33 @@ TEST(TrainData, RoundTripAndRegenReaderAgree) {
   ASSERT_EQ(rs.size(), seqs.size());
   EXPECT_EQ(rs[4].tokens, seqs[4].tokens);
   EXPECT_EQ(rs[4].loss_mask, seqs[4].loss_mask);
+}
+
+TEST(TrainData, SeveralDirectoriesLoadAsOneInOrder) {
+  test::TempDir dir;
+  const auto a = random_sequences(3, 10, 3, 100, 5), b = random_sequences(2, 8, 2, 100, 6);
+  write_dataset(dir.file("a"), "llama/x", a, /*per_shard=*/2);
+  write_dataset(dir.file("b"), "llama/x", b);
+  const TrainDataset ds = TrainDataset::load(std::vector<std::string>{dir.file("a"), dir.file("b")});
+  EXPECT_EQ(ds.target_id, "llama/x");
+  ASSERT_EQ(ds.sequences.size(), 5u);
+  for (size_t i = 0; i < 5; ++i) EXPECT_EQ(ds.sequences[i].tokens, (i < 3 ? a[i] : b[i - 3]).tokens) << i;
+  EXPECT_EQ(ds.supervised_tokens(), 3 * 7 + 2 * 6);
+  ASSERT_EQ(ds.manifest["parts"].size(), 2u);
+  EXPECT_EQ(ds.manifest["parts"][1]["n_sequences"], 2);
+  // One directory is load(dir) itself: same manifest, so fingerprints of
+  // runs on one data set do not change.
+  EXPECT_EQ(TrainDataset::load(std::vector<std::string>{dir.file("a")}).manifest,
+            TrainDataset::load(dir.file("a")).manifest);
+  // The fingerprint tells the order apart.
+  EXPECT_NE(data_fingerprint(ds).at("hash"),
+            data_fingerprint(TrainDataset::load(std::vector<std::string>{dir.file("b"), dir.file("a")})).at("hash"));
+  EXPECT_TRUE(data_fingerprint(ds).at("recipe").is_array());
+
+  write_dataset(dir.file("c"), "llama/other", b);
+  EXPECT_THROW(TrainDataset::load(std::vector<std::string>{dir.file("a"), dir.file("c")}), InvalidArgument);
+  EXPECT_THROW(TrainDataset::load(std::vector<std::string>{dir.file("a"), dir.file("a")}), InvalidArgument);
+  EXPECT_THROW(TrainDataset::load(std::vector<std::string>{}), InvalidArgument);
 }
 
 TEST(TrainData, RejectsMalformedShards) {
@@ -291,7 +319,7 @@ TEST(TrainTrainer, EvalOnlyHoldsOutEverySequenceAndMatchesTheSplit) {
   const std::string one = s.dir.file("one");
   write_dataset(one, s.target->info().id, {seqs[held]});
   TrainConfig e = c;
-  e.data_dir = one;
+  e.data_dirs = {one};
   e.out_dir = "";
   e.eval_only = true;
   e.eval_max_sequences = 0;
@@ -309,7 +337,7 @@ TEST(TrainTrainer, EvalOnlyHoldsOutEverySequenceAndMatchesTheSplit) {
   EXPECT_FALSE(fs::exists(s.dir.file("out")));
 
   // Every sequence of the full set, or the first N with eval_max_sequences.
-  e.data_dir = data;
+  e.data_dirs = {data};
   EXPECT_EQ(Trainer(e, *s.target).eval_indices().size(), 60u);
   e.eval_max_sequences = 7;
   EXPECT_EQ(Trainer(e, *s.target).eval_indices().size(), 7u);
@@ -567,7 +595,7 @@ OverfitResult overfit(TargetModel& target, const std::vector<std::vector<TokenId
   if (draft_vocab > 0)
     c.drafter.draft_vocab =
         select_draft_vocab(TrainDataset::load(work + "/data"), draft_vocab, target.info().vocab, stop_ids).ids;
-  c.data_dir = work + "/data";
+  c.data_dirs = {work + "/data"};
   c.out_dir = work + "/out";
   const auto t0 = std::chrono::steady_clock::now();
   Trainer t(c, target);

@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """Prints the `dspark train --resume` command that continues a run.
 
-    scripts/data/resume_command.py OUT [--data DIR] [--dspark PATH] [-m MODEL]
+    scripts/data/resume_command.py OUT [--data DIR ...] [--dspark PATH] [-m MODEL]
 
 Reads OUT/checkpoints/latest.json and the trainer_state.json of the step it
 names, and writes the flags of the run's configuration (the ones a resume
 must repeat: seed, batch, anchors per sequence, the eval split, the
 optimizer and anchor draw, and the schedule, loss and precision the run
-used). DIR defaults to $DSPARK_HOME/data/regen/<the data's name>, MODEL to
-the target file the data was generated with. Standard library only.
+used). DIR defaults to $DSPARK_HOME/data/regen/<the data's name> (one --data
+per data set of a run on several), MODEL to the target file the data was
+generated with. Standard library only.
 """
 from __future__ import annotations
 
@@ -50,7 +51,7 @@ def flags(cfg: dict) -> list[str]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out", type=Path)
-    ap.add_argument("--data")
+    ap.add_argument("--data", action="append", help="a data set directory of the run (repeat: several, in order)")
     ap.add_argument("--dspark", default="build/dspark")
     ap.add_argument("-m", "--model")
     args = ap.parse_args()
@@ -58,10 +59,13 @@ def main() -> int:
     st = json.loads((args.out / "checkpoints" / latest["dir"] / "trainer_state.json").read_text())
     cfg = st["config"]
     recipe = st.get("data", {}).get("recipe", {})
+    first = recipe[0] if isinstance(recipe, list) and recipe else recipe  # a run on several data sets
     home = os.environ.get("DSPARK_HOME", str(Path.home() / ".cache/dspark"))
-    data = args.data or str(Path(home) / "data/regen" / Path(cfg["data_dir"]).name)
-    model = args.model or recipe.get("target_path", "MODEL")
-    cmd = [args.dspark, "train", "-m", model, "--data", data, "--out", str(args.out)] + flags(cfg) + ["--resume"]
+    dirs = cfg["data_dir"] if isinstance(cfg["data_dir"], list) else [cfg["data_dir"]]
+    data = args.data or [str(Path(home) / "data/regen" / Path(d).name) for d in dirs]
+    model = args.model or (first or {}).get("target_path", "MODEL")
+    cmd = [args.dspark, "train", "-m", model] + [a for d in data for a in ("--data", d)]
+    cmd += ["--out", str(args.out)] + flags(cfg) + ["--resume"]
     print(" ".join(shlex.quote(c) for c in cmd))
     return 0
 

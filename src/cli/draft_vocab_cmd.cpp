@@ -3,6 +3,8 @@
 // (`config.draft_vocab`), replacing only that file, atomically.
 #include <cstdio>
 #include <filesystem>
+#include <string>
+#include <vector>
 
 #include "common.hpp"
 #include "dspark/error.hpp"
@@ -20,7 +22,8 @@ class DraftVocabCommand : public Command {
                                  "restrict a drafter's proposals to the most frequent tokens of its "
                                  "training data (fewer LM-head rows per drafting pass)");
     model_.add(*app_);
-    app_->add_option("--data", data_, "data set directory (dspark regen --out)")->required();
+    app_->add_option("--data", data_, "data set directory (dspark regen --out); repeat to count over several")
+        ->required();
     app_->add_option("--drafter", drafter_, "drafter directory to update")->required();
     app_->add_option("-n,--size", size_, "draft vocabulary size in tokens (0: remove it, use the whole vocabulary)")
         ->check(non_negative_integer())
@@ -44,13 +47,15 @@ class DraftVocabCommand : public Command {
     } else {
       const train::TrainDataset data = train::TrainDataset::load(data_);
       if (data.target_id != m.target->info().id)
-        throw Error(data_ + ": data set was made for target '" + data.target_id + "', the model is '" +
+        throw Error(data_.front() + ": data set was made for target '" + data.target_id + "', the model is '" +
                     m.target->info().id + "'");
       const train::DraftVocab dv = train::select_draft_vocab(data, size_, V, m.stop_ids);
+      std::string label;
+      for (const auto& d : data_) label += (label.empty() ? "" : " + ") + d;
       std::printf("draft vocabulary: %zu of %lld tokens; covers %.2f%% of %lld supervised tokens "
                   "(%lld distinct) in %s\n",
                   dv.ids.size(), static_cast<long long>(V), 100.0 * dv.coverage(),
-                  static_cast<long long>(dv.supervised), static_cast<long long>(dv.distinct), data_.c_str());
+                  static_cast<long long>(dv.supervised), static_cast<long long>(dv.distinct), label.c_str());
       j["config"]["draft_vocab"] = dv.ids;
     }
     config_from_json(j, path);  // the result must load
@@ -64,7 +69,8 @@ class DraftVocabCommand : public Command {
  private:
   CLI::App* app_;
   ModelOptions model_;
-  std::string data_, drafter_;
+  std::vector<std::string> data_;
+  std::string drafter_;
   int64_t size_ = 8192;
   bool dry_run_ = false;
 };

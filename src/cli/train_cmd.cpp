@@ -21,7 +21,9 @@ class TrainCommand : public Command {
     app_ = parent.add_subcommand("train", "train a DSpark drafter on regenerated data");
     model_.add(*app_);
     auto& c = cfg_;
-    app_->add_option("--data", c.data_dir, "data set directory (dspark regen --out)")->required();
+    app_->add_option("--data", c.data_dirs,
+                     "data set directory (dspark regen --out); repeat to train on several as one, in order")
+        ->required();
     out_opt_ = app_->add_option("--out", c.out_dir, "output directory (drafter, checkpoints, metrics.jsonl)")->check(path_text());
     app_->add_option("--init", c.init_drafter, "start from this drafter directory (default: a fresh drafter)");
     app_->add_option("--head", head_, "sequential head of a fresh drafter: none, markov, gated, rnn, elman")
@@ -142,7 +144,7 @@ class TrainCommand : public Command {
       target = std::move(m.target);
       const int64_t V = target->info().vocab;
       train::check_draft_vocab_size(draft_vocab_, V, "--draft-vocab", "train on the whole vocabulary");
-      const train::TrainDataset data = train::TrainDataset::load(cfg_.data_dir);
+      const train::TrainDataset data = train::TrainDataset::load(cfg_.data_dirs);
       const train::DraftVocab dv = train::select_draft_vocab(data, draft_vocab_, V, m.stop_ids);
       if (!quiet_)
         std::fprintf(stderr, "draft vocabulary: %zu of %lld tokens; covers %.2f%% of %lld supervised tokens\n",
@@ -194,7 +196,7 @@ class TrainCommand : public Command {
     const train::EvalStats ev = trainer.evaluate();
     const auto& a = ev.acceptance;
     std::printf("eval of %s on %s: %lld sequences, %lld anchors | loss %.4f | tau greedy %.3f | tau sample %.3f | acc",
-                cfg_.init_drafter.c_str(), cfg_.data_dir.c_str(), static_cast<long long>(ev.sequences),
+                cfg_.init_drafter.c_str(), cfg_.data_label().c_str(), static_cast<long long>(ev.sequences),
                 static_cast<long long>(a.anchors), ev.loss, a.mean_tau_greedy(), a.mean_tau_sample());
     for (double v : a.acceptance_by_position()) std::printf(" %.2f", v);
     std::printf("\n");

@@ -27,9 +27,19 @@ nlohmann::json data_fingerprint(const TrainDataset& data) {
   }
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
-  nlohmann::json recipe = nlohmann::json::object();
-  for (const char* k : {"format", "target_id", "target_path", "prompts_file", "sampling", "chat_template"})
-    if (data.manifest.is_object() && data.manifest.contains(k)) recipe[k] = data.manifest[k];
+  auto recipe_of = [](const nlohmann::json& manifest) {
+    nlohmann::json r = nlohmann::json::object();
+    for (const char* k : {"format", "target_id", "target_path", "prompts_file", "sampling", "chat_template"})
+      if (manifest.is_object() && manifest.contains(k)) r[k] = manifest[k];
+    return r;
+  };
+  nlohmann::json recipe;
+  if (data.manifest.is_object() && data.manifest.contains("parts")) {  // several data sets, in order
+    recipe = nlohmann::json::array();
+    for (const auto& part : data.manifest["parts"]) recipe.push_back(recipe_of(part));
+  } else {
+    recipe = recipe_of(data.manifest);
+  }
   return {{"n_sequences", data.sequences.size()},
           {"n_tokens", n_tokens},
           {"n_supervised", data.supervised_tokens()},

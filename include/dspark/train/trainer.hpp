@@ -80,7 +80,10 @@ enum class Progress {
 };
 
 struct TrainConfig {
-  std::string data_dir;        // data set (see data.hpp)
+  /// Data sets (see data.hpp), trained on as one in this order.
+  std::vector<std::string> data_dirs;
+  /// data_dirs for messages: "A" or "A + B".
+  std::string data_label() const;
   std::string out_dir;         // output directory (see above)
   /// Start from this drafter directory (e.g. `dspark init-drafter` output);
   /// empty: a fresh drafter from `drafter`, completed from the target.
