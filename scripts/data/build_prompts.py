@@ -1,9 +1,14 @@
 #!/usr/bin/env python3
 """Builds the drafter-training prompt set data/train-prompts/.
 
-  build_prompts.py meta  --out FILE [--repeats N]
+  build_prompts.py meta  --out FILE [--repeats N] [--first-repeat K]
       writes the self-instruct meta-prompts (few-shot frames x topics) that
       `dspark regen --raw --save-text` completes;
+  build_prompts.py extend --self-instruct DIR --out FILE [--seed S]
+      writes the new prompts of a further self-instruct run (another
+      sampling seed) that are in none of the prompt files already built
+      (prompts.jsonl, heldout.jsonl) nor the dev or test set: more data
+      for a drafter that has fitted the first set;
   build_prompts.py build --sources DIR [--self-instruct DIR] [--seed S] [--out-dir DIR]
       assembles prompts.jsonl, heldout.jsonl and sources.json from
         * registry packages unpacked by fetch_sources.sh (DIR),
@@ -260,7 +265,8 @@ def add_self_instruct(c: Collector, directory: Path, counts: collections.Counter
 
 
 def cmd_meta(args):
-    rows = gen_text.self_instruct_meta(args.repeats)
+    rows = [r for r in gen_text.self_instruct_meta(args.repeats)
+            if int(r["id"].rsplit("-", 1)[1]) >= args.first_repeat]
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     with open(args.out, "w", encoding="utf-8") as f:
         for row in rows:
@@ -282,10 +288,7 @@ def cmd_build(args):
         versions[name] = (reg, ver)
     dev_path = Path(args.dev)
     dev = [json.loads(line)["prompt"] for line in dev_path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    # The self-instruct frames' own examples are not new prompts.
-    frame_examples = [ln[2:] for t in gen_text.SELF_INSTRUCT_FRAMES.values() for ln in t.splitlines()
-                      if ln.startswith("- ")]
-    c = Collector(dev, frame_examples)
+    c = Collector(dev, frame_examples())
     counts: collections.Counter = collections.Counter()
     used_local: collections.Counter = collections.Counter()
 
@@ -362,12 +365,41 @@ def cmd_build(args):
                       "excluded": manifest["excluded"]}, indent=1))
 
 
+def read_prompts(path: Path) -> list[str]:
+    return [json.loads(line)["prompt"] for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def frame_examples() -> list[str]:
+    """The self-instruct frames' own examples: not new prompts."""
+    return [ln[2:] for t in gen_text.SELF_INSTRUCT_FRAMES.values() for ln in t.splitlines() if ln.startswith("- ")]
+
+
+def cmd_extend(args):
+    built = Path(args.built_dir)
+    held_out_sets = [Path(args.dev), Path(args.test)]
+    c = Collector([p for f in held_out_sets for p in read_prompts(f)],
+                  frame_examples() + [p for f in ("prompts.jsonl", "heldout.jsonl") for p in read_prompts(built / f)])
+    counts: collections.Counter = collections.Counter()
+    info = add_self_instruct(c, Path(args.self_instruct), counts)
+    records = c.records
+    sub_rng(args.seed, "shuffle-extend").shuffle(records)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_jsonl(out, records)
+    print(json.dumps({"out": str(out), "prompts": len(records),
+                      "by_kind": {k: sum(r["kind"] == k for r in records) for k in KINDS},
+                      "generations": info["generations"], "items_parsed": info["items_parsed"],
+                      "removed": dict(c.removed)}, indent=1))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     m = sub.add_parser("meta", help="write the self-instruct meta-prompts")
     m.add_argument("--out", required=True)
     m.add_argument("--repeats", type=int, default=3)
+    m.add_argument("--first-repeat", type=int, default=0,
+                   help="leave out the repeats before this one (a further run after one of that many)")
     b = sub.add_parser("build", help="assemble the prompt files")
     b.add_argument("--sources", required=True, help="directory filled by fetch_sources.sh")
     b.add_argument("--self-instruct", help="`dspark regen --save-text` directory of the meta-prompts")
@@ -376,8 +408,15 @@ def main():
     b.add_argument("--dev", default=str(ROOT / "data/dev-prompts.jsonl"))
     b.add_argument("--heldout-frac", type=float, default=0.03)
     b.add_argument("--man-pages", type=int, default=650, help="man pages to sample")
+    e = sub.add_parser("extend", help="new prompts of a further self-instruct run")
+    e.add_argument("--self-instruct", required=True, help="`dspark regen --save-text` directory of the meta-prompts")
+    e.add_argument("--out", required=True, help="the prompts file to write")
+    e.add_argument("--seed", type=int, default=20250101)
+    e.add_argument("--built-dir", default=str(ROOT / "data/train-prompts"), help="the prompt files built before")
+    e.add_argument("--dev", default=str(ROOT / "data/dev-prompts.jsonl"))
+    e.add_argument("--test", default=str(ROOT / "data/test-prompts.jsonl"))
     args = ap.parse_args()
-    {"meta": cmd_meta, "build": cmd_build}[args.cmd](args)
+    {"meta": cmd_meta, "build": cmd_build, "extend": cmd_extend}[args.cmd](args)
 
 
 if __name__ == "__main__":

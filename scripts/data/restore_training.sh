@@ -2,6 +2,11 @@
 # Puts back on a fresh machine what a training run needs, in one command:
 #
 #   scripts/data/restore_training.sh [NAME] [MODEL]     # default: smollm2-greedy smollm2
+#   scripts/data/restore_training.sh smollm2-greedy+smollm2-si2-greedy smollm2
+#
+# NAME joins with "+" the data sets of a run trained on several (`train
+# --data A --data B`): each is restored as below, their features go to one
+# cache, $DSPARK_HOME/cache/<the first NAME>, in the run's order.
 #
 # 1. the regenerated token data: unpacked from data/regen/NAME.tar.xz (kept in
 #    the repository by scripts/data/pack_regen.sh) into
@@ -36,26 +41,33 @@ PROMPTS="${PROMPTS:-$REPO/data/train-prompts/prompts.jsonl}"
 if [[ "$NAME" == *-greedy ]]; then DEFAULT_REGEN="-n 256 --batch 32 --temp 0 --seed 0"
 else DEFAULT_REGEN="-n 256 --batch 32 --seed 0"; fi
 REGEN_ARGS="${REGEN_ARGS:-$DEFAULT_REGEN}"
-DATA="$HOME_DIR/data/regen/$NAME"
-ARCHIVE="$REPO/data/regen/$NAME.tar.xz"
-
-if [[ -f "$DATA/manifest.json" ]]; then
-  echo "data: $DATA already there"
-elif [[ -f "$ARCHIVE" ]]; then
-  mkdir -p "$(dirname "$DATA")"
-  tar -xJf "$ARCHIVE" -C "$(dirname "$DATA")"
-  echo "data: unpacked $ARCHIVE into $DATA"
-else
-  echo "data: no $ARCHIVE; regenerating (resumable; hours of CPU): dspark regen $REGEN_ARGS"
-  # shellcheck disable=SC2086
-  "$DSPARK" regen -m "$MODEL" --prompts "$PROMPTS" --out "$DATA" $REGEN_ARGS -t "$THREADS"
-fi
+IFS=+ read -r -a NAMES <<< "$NAME"
+DATA_FLAGS=()
+for part in "${NAMES[@]}"; do
+  DATA="$HOME_DIR/data/regen/$part"
+  ARCHIVE="$REPO/data/regen/$part.tar.xz"
+  DATA_FLAGS+=(--data "$DATA")
+  if [[ -f "$DATA/manifest.json" ]]; then
+    echo "data: $DATA already there"
+  elif [[ -f "$ARCHIVE" ]]; then
+    mkdir -p "$(dirname "$DATA")"
+    tar -xJf "$ARCHIVE" -C "$(dirname "$DATA")"
+    echo "data: unpacked $ARCHIVE into $DATA"
+  elif (( ${#NAMES[@]} == 1 )); then
+    echo "data: no $ARCHIVE; regenerating (resumable; hours of CPU): dspark regen $REGEN_ARGS"
+    # shellcheck disable=SC2086
+    "$DSPARK" regen -m "$MODEL" --prompts "$PROMPTS" --out "$DATA" $REGEN_ARGS -t "$THREADS"
+  else
+    echo "data: no $ARCHIVE; restore $part on its own first (with its PROMPTS)" >&2
+    exit 1
+  fi
+done
 
 if [[ "${SKIP_FEATURES:-0}" != 1 ]]; then
   scratch="$(mktemp -d)"
   trap 'rm -rf "$scratch"' EXIT
-  "$DSPARK" train -m "$MODEL" --data "$DATA" --init "$INIT" --out "$scratch/out" \
-    --feature-cache-dir "$HOME_DIR/cache/$NAME" --fill-feature-cache -t "$THREADS"
+  "$DSPARK" train -m "$MODEL" "${DATA_FLAGS[@]}" --init "$INIT" --out "$scratch/out" \
+    --feature-cache-dir "$HOME_DIR/cache/${NAMES[0]}" --fill-feature-cache -t "$THREADS"
 fi
 
 if [[ -n "${RUN:-}" ]]; then
@@ -69,5 +81,5 @@ if [[ -n "${RUN:-}" ]]; then
   fi
   echo "continue it with:"
   DSPARK_HOME="$HOME_DIR" python3 "$REPO/scripts/data/resume_command.py" "$HOME_DIR/train/$run_name" \
-    --data "$DATA" --dspark "$DSPARK" -m "$MODEL"
+    "${DATA_FLAGS[@]}" --dspark "$DSPARK" -m "$MODEL"
 fi
