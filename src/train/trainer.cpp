@@ -145,8 +145,9 @@ void TrainConfig::validate() const {
   auto need = [](bool ok, const std::string& what) {
     if (!ok) throw InvalidArgument("train config: " + what);
   };
-  need(!data_dirs.empty() && std::none_of(data_dirs.begin(), data_dirs.end(), [](const std::string& d) { return d.empty(); }),
-       "a data directory is required");
+  const bool some_dir_empty =
+      std::any_of(data_dirs.begin(), data_dirs.end(), [](const std::string& d) { return d.empty(); });
+  need(!data_dirs.empty() && !some_dir_empty, "a data directory is required");
   need(eval_only || !out_dir.empty(), "an output directory is required");
   need(!eval_only || !init_drafter.empty(), "evaluation only needs a drafter to evaluate (init_drafter)");
   need(!eval_only || !resume, "evaluation only does not resume a run");
