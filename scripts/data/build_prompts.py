@@ -287,7 +287,7 @@ def cmd_build(args):
         reg, name, ver = line.split("\t")
         versions[name] = (reg, ver)
     dev_path = Path(args.dev)
-    dev = [json.loads(line)["prompt"] for line in dev_path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    dev = read_prompts(dev_path)
     c = Collector(dev, frame_examples())
     counts: collections.Counter = collections.Counter()
     used_local: collections.Counter = collections.Counter()

@@ -46,12 +46,11 @@ class DraftVocabCommand : public Command {
       std::printf("draft vocabulary: the whole vocabulary (%lld tokens)\n", static_cast<long long>(V));
     } else {
       const train::TrainDataset data = train::TrainDataset::load(data_);
+      const std::string label = train::data_label(data_);
       if (data.target_id != m.target->info().id)
-        throw Error(data_.front() + ": data set was made for target '" + data.target_id + "', the model is '" +
+        throw Error(label + ": data set was made for target '" + data.target_id + "', the model is '" +
                     m.target->info().id + "'");
       const train::DraftVocab dv = train::select_draft_vocab(data, size_, V, m.stop_ids);
-      std::string label;
-      for (const auto& d : data_) label += (label.empty() ? "" : " + ") + d;
       std::printf("draft vocabulary: %zu of %lld tokens; covers %.2f%% of %lld supervised tokens "
                   "(%lld distinct) in %s\n",
                   dv.ids.size(), static_cast<long long>(V), 100.0 * dv.coverage(),

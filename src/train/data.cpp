@@ -139,6 +139,12 @@ TrainDataset TrainDataset::load(const std::vector<std::string>& dirs) {
   return all;
 }
 
+std::string data_label(const std::vector<std::string>& dirs) {
+  std::string s;
+  for (const auto& d : dirs) s += (s.empty() ? "" : " + ") + d;
+  return s;
+}
+
 int64_t TrainDataset::supervised_tokens() const {
   int64_t n = 0;
   for (const auto& s : sequences)

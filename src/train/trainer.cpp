@@ -135,11 +135,7 @@ AnchorDraw parse_anchor_draw(const std::string& s) {
   throw InvalidArgument("unknown anchor draw '" + s + "' (expected redraw or fixed)");
 }
 
-std::string TrainConfig::data_label() const {
-  std::string s;
-  for (const auto& d : data_dirs) s += (s.empty() ? "" : " + ") + d;
-  return s;
-}
+std::string TrainConfig::data_label() const { return train::data_label(data_dirs); }
 
 void TrainConfig::validate() const {
   auto need = [](bool ok, const std::string& what) {

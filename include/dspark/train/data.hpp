@@ -60,6 +60,9 @@ struct TrainDataset {
   int64_t supervised_tokens() const;
 };
 
+/// Data set directories for messages: "A" or "A + B".
+std::string data_label(const std::vector<std::string>& dirs);
+
 /// Writes `sequences` as a data set in `dir` (created if needed), in the
 /// layout `dspark regen` writes (format tag, per-shard counts, "prompt_ids"
 /// metadata; an empty id becomes "seq-<index>"): shards of at most
