@@ -59,7 +59,7 @@ void lossless_and_drafts_like_bf16(const std::string& dir, int want_layers) {
       total += static_cast<int64_t>(a.tokens.size());
     }
   }
-  // Measured: 498 of 525 positions equal (95%) for the shipped drafter, 490
+  // Measured: 487 of 525 positions equal (93%) for the shipped drafter, 490
   // of 525 (93%) for m4; a Q8_0 drafter that drafted other tokens at more
   // than 1 position in 5 would be a broken quantization.
   EXPECT_GT(static_cast<double>(same), 0.8 * static_cast<double>(total)) << same << " of " << total;
