@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -22,6 +23,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -362,6 +364,7 @@ class RecordingDrafter : public DraftModel {
   Draft draft(const DraftState& st, TokenId anchor, int gamma, const SamplingParams& sampling,
               Rng& rng) const override {
     Draft d = inner_.draft(st, anchor, gamma, sampling, rng);
+    if (delay.count() > 0) std::this_thread::sleep_for(delay);
     ++passes;
     const int keep = prune_length(d.conf_logits, thresholds_);
     if (keep < static_cast<int>(d.tokens.size())) ++pruned;
@@ -370,6 +373,7 @@ class RecordingDrafter : public DraftModel {
   }
   mutable int64_t passes = 0;
   mutable int64_t pruned = 0;  // passes cut short by pruning
+  std::chrono::milliseconds delay{0};  // added to every pass: a drafter that costs this much
   mutable int64_t kept = 0;    // draft positions left for verification
 
  private:
