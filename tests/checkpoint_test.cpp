@@ -391,6 +391,13 @@ TEST(Checkpoint, RefusesMalformedFields) {
       {"a zero RMSNorm epsilon", [](json& j) { j["dims"]["eps"] = 0.0; }, {"eps", "(0, 1)"}},
       {"a RoPE base of 0", [](json& j) { j["config"]["rope_base"] = 0; }, {"rope_base", "above 1", "0"}},
       {"a negative RoPE base", [](json& j) { j["config"]["rope_base"] = -1; }, {"rope_base", "-1"}},
+      {"no RoPE base", [](json& j) { j["config"].erase("rope_base"); }, {"missing key 'rope_base'"}},
+      {"no RMSNorm epsilon", [](json& j) { j["dims"].erase("eps"); }, {"dims", "missing key 'eps'"}},
+      {"an epsilon far out of range", [](json& j) { j["dims"]["eps"] = 1e300; }, {"(0, 1), got 1e+300"}},
+      {"a config that is null", [](json& j) { j["config"] = nullptr; }, {"'config' must be an object, got null"}},
+      {"dims that are a string", [](json& j) { j["dims"] = "x"; }, {"'dims' must be an object, got string \"x\""}},
+      {"STS that is a string", [](json& j) { j["config"]["sts"] = "x"; }, {"'sts' must be an object, got string"}},
+      {"param_names that are a string", [](json& j) { j["param_names"] = "x"; }, {"'param_names'", "wrong type"}},
       {"an unknown dtype", [](json& j) { j["dtype"] = "garbage"; }, {"'dtype'", "garbage", "bf16"}},
       {"a dtype of the wrong type", [](json& j) { j["dtype"] = 16; }, {"'dtype'", "16"}},
   };

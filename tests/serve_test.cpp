@@ -152,6 +152,28 @@ std::string error_param(const std::string& body, Endpoint ep = Endpoint::Complet
   return "<accepted>";
 }
 
+// The message of the RequestError that parsing `body` throws.
+std::string error_message(const std::string& body, Endpoint ep = Endpoint::Completions) {
+  try {
+    parse_request(body, ep, SamplingParams{});
+  } catch (const RequestError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "accepted: " << body;
+  return "<accepted>";
+}
+
+// A request sent to the other endpoint is pointed at the right one; a stop
+// list names the element that is not a string.
+TEST(ServeApi, MessagesSayWhatWasFound) {
+  EXPECT_NE(error_message(R"({"messages": [{"role": "user", "content": "hi"}]})").find("/v1/chat/completions"),
+            std::string::npos);
+  EXPECT_NE(error_message(R"({"prompt": "hi"})", Endpoint::ChatCompletions).find("/v1/completions"),
+            std::string::npos);
+  EXPECT_EQ(error_message(R"({"max_tokens": 3})"), "'prompt' is required");
+  EXPECT_NE(error_message(R"({"prompt": "hi", "stop": ["a", 3]})").find("got number 3 at index 1"), std::string::npos);
+}
+
 TEST(ServeApi, ParsesCompletionFields) {
   SamplingParams defaults;
   defaults.temperature = 0.7f;
@@ -216,8 +238,20 @@ TEST(ServeApi, RejectsBadRequestsNamingTheField) {
   EXPECT_EQ(error_param(R"({"prompt": "hi", "echo": true})"), "echo");
   EXPECT_EQ(error_param(R"({"prompt": "hi", "logit_bias": {"50256": -100}})"), "logit_bias");
   EXPECT_EQ(error_param(R"({"prompt": "hi", "logit_bias": [1]})"), "logit_bias");
+  EXPECT_EQ(error_param(R"({"prompt": "hi", "presence_penalty": 0.5})"), "presence_penalty");
+  EXPECT_EQ(error_param(R"({"prompt": "hi", "frequency_penalty": 1})"), "frequency_penalty");
+  EXPECT_EQ(error_param(R"({"prompt": "hi", "frequency_penalty": "x"})"), "frequency_penalty");
+  EXPECT_EQ(error_param(R"({"prompt": "hi", "suffix": "x"})"), "suffix");
+  EXPECT_EQ(error_param(R"({"prompt": "hi", "suffix": 3})"), "suffix");
+  EXPECT_EQ(error_param(R"({"prompt": "hi", "tools": [{"type": "function"}]})"), "tools");
+  EXPECT_EQ(error_param(R"({"prompt": "hi", "functions": [{"name": "f"}]})"), "functions");
+  EXPECT_EQ(error_param(R"({"prompt": "hi", "tools": {}})"), "tools");
+  EXPECT_EQ(error_param(R"({"prompt": "hi", "response_format": {"type": "json_object"}})"), "response_format");
+  EXPECT_EQ(error_param(R"({"prompt": "hi", "response_format": "json"})"), "response_format");
   // Their neutral values pass.
-  EXPECT_NO_THROW(parse_request(R"({"prompt": "hi", "best_of": 1, "echo": false, "logit_bias": {}})",
+  EXPECT_NO_THROW(parse_request(R"({"prompt": "hi", "best_of": 1, "echo": false, "logit_bias": {},
+                                    "presence_penalty": 0, "frequency_penalty": 0.0, "suffix": "", "tools": [],
+                                    "functions": null, "response_format": {"type": "text"}})",
                                 Endpoint::Completions, SamplingParams{}));
   EXPECT_EQ(error_param(R"({"prompt": "hi", "max_tokens": 0})"), "max_tokens");
   EXPECT_EQ(error_param(R"({"prompt": "hi", "max_tokens": 2.5})"), "max_tokens");
@@ -416,6 +450,8 @@ TEST(RequestChecks, StopListsAndMaxTokens) {
   EXPECT_EQ(check_error([] { check_max_tokens(9, 8, 16, "max_tokens"); }),
             "max_tokens: prompt (8 tokens) + max_tokens (9) exceeds the context length (16)");
   EXPECT_NE(check_error([] { check_max_tokens(int64_t{1000000000000}, 8, 8192, "max_tokens"); }), "");
+  EXPECT_EQ(check_error([] { check_max_tokens(16, 1, 16, "max_tokens"); }),
+            "max_tokens: prompt (1 token) + max_tokens (16) exceeds the context length (16)");
   // A request's max_tokens past int64 (1e300) arrives held at the limit; the message says so.
   EXPECT_EQ(check_error([] { check_max_tokens(std::numeric_limits<int64_t>::max(), 8, 8192, "max_tokens"); }),
             "max_tokens: prompt (8 tokens) + max_tokens (9223372036854775807 or more) exceeds the context length (8192)");

@@ -152,7 +152,10 @@ PromptInput mixed_prompt(const json& a, const std::string& where) {
 // such arrays (several); or a mixed array of ids and strings (one prompt).
 std::vector<PromptInput> parse_prompts(const json& j) {
   const json* v = field(j, "prompt");
-  if (!v) throw RequestError("'prompt' is required", "prompt");
+  if (!v)
+    throw RequestError(field(j, "messages") ? "'prompt' is required (a request with 'messages' goes to /v1/chat/completions)"
+                                            : "'prompt' is required",
+                       "prompt");
   if (v->is_string()) return {PromptInput{{v->get<std::string>(), {}, true}}};
   if (!v->is_array())
     wrong_type("prompt", "a string, an array of strings, an array of token ids or an array of such arrays", *v);
@@ -207,7 +210,10 @@ int parse_logprobs(const json& j, Endpoint endpoint) {
 
 std::vector<tok::ChatMessage> parse_messages(const json& j) {
   const json* v = field(j, "messages");
-  if (!v) throw RequestError("'messages' is required", "messages");
+  if (!v)
+    throw RequestError(field(j, "prompt") ? "'messages' is required (a request with 'prompt' goes to /v1/completions)"
+                                          : "'messages' is required",
+                       "messages");
   if (!v->is_array()) wrong_type("messages", "an array", *v);
   if (v->empty()) throw RequestError("'messages' must contain at least one message", "messages");
   std::vector<tok::ChatMessage> out;
@@ -240,8 +246,12 @@ std::vector<std::string> parse_stop(const json& j) {
   if (v->is_string()) {
     out.push_back(v->get<std::string>());
   } else if (v->is_array()) {
-    for (const json& s : *v) {
-      if (!s.is_string()) throw RequestError("'stop' must be a string or an array of strings", "stop");
+    for (size_t i = 0; i < v->size(); ++i) {
+      const json& s = (*v)[i];
+      if (!s.is_string())
+        throw RequestError("'stop' must be a string or an array of strings, got " + std::string(s.type_name()) +
+                               " " + s.dump().substr(0, 40) + " at index " + std::to_string(i),
+                           "stop");
       out.push_back(s.get<std::string>());
     }
   } else {
@@ -317,6 +327,28 @@ ApiRequest parse_request(std::string_view body, Endpoint endpoint, const Samplin
     if (!lb->is_object()) wrong_type("logit_bias", "an object", *lb);
     if (!lb->empty())
       throw RequestError("'logit_bias' is not supported: the target's distribution is sampled as it is", "logit_bias");
+  }
+  for (const char* key : {"presence_penalty", "frequency_penalty"})
+    if (auto v = get_number(j, key); v && *v != 0)
+      throw RequestError(std::string("'") + key + "' is not supported: the target's distribution is sampled as it is "
+                         "(0 passes), got " + num(*v), key);
+  if (const json* sfx = field(j, "suffix")) {
+    if (!sfx->is_string()) wrong_type("suffix", "a string", *sfx);
+    if (!sfx->get<std::string>().empty())
+      throw RequestError("'suffix' is not supported: the completion is not followed by a suffix", "suffix");
+  }
+  for (const char* key : {"tools", "functions"})
+    if (const json* t = field(j, key)) {
+      if (!t->is_array()) wrong_type(key, "an array", *t);
+      if (!t->empty())
+        throw RequestError(std::string("'") + key + "' is not supported: this server does not call tools", key);
+    }
+  if (const json* rf = field(j, "response_format")) {
+    if (!rf->is_object()) wrong_type("response_format", "an object", *rf);
+    const json* type = field(*rf, "type");
+    if (type && (!type->is_string() || type->get<std::string>() != "text"))
+      throw RequestError("'response_format' is not supported beyond {\"type\": \"text\"}: the output is not "
+                         "constrained, got " + rf->dump().substr(0, 80), "response_format");
   }
   r.stop = parse_stop(j);
   r.top_logprobs = parse_logprobs(j, endpoint);

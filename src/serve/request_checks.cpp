@@ -59,7 +59,8 @@ void check_max_tokens(int64_t max_tokens, int64_t prompt_tokens, int64_t ctx, st
   if (max_tokens < 1)
     throw InvalidArgument(prefix(name) + "expected a positive integer, got " + std::to_string(max_tokens));
   if (max_tokens > ctx - prompt_tokens)  // ctx - prompt_tokens >= 1 after check_prompt_length: no overflow
-    throw InvalidArgument(prefix(name) + "prompt (" + std::to_string(prompt_tokens) + " tokens) + max_tokens (" +
+    throw InvalidArgument(prefix(name) + "prompt (" + std::to_string(prompt_tokens) +
+                          (prompt_tokens == 1 ? " token" : " tokens") + ") + max_tokens (" +
                           // a request's integer past int64 arrives held at the limit
                           (max_tokens == std::numeric_limits<int64_t>::max() ? std::to_string(max_tokens) + " or more"
                                                                               : std::to_string(max_tokens)) +

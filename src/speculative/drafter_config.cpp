@@ -52,8 +52,9 @@ void DrafterConfig::validate() const {
   need(vocab > 0, "vocab must be positive");
   need(mask_token_id < vocab, "mask_token_id outside the vocabulary");
   need(std::isfinite(rope_base) && rope_base > 1,
-       "rope_base must be a finite number above 1, got " + std::to_string(rope_base));
-  need(std::isfinite(eps) && eps > 0 && eps < 1, "eps (RMSNorm epsilon) must lie in (0, 1), got " + std::to_string(eps));
+       "rope_base must be a finite number above 1, got " + nlohmann::json(rope_base).dump());
+  need(std::isfinite(eps) && eps > 0 && eps < 1,
+       "eps (RMSNorm epsilon) must lie in (0, 1), got " + nlohmann::json(eps).dump());
   for (size_t i = 0; i < draft_vocab.size(); ++i) {
     need(draft_vocab[i] >= 0 && draft_vocab[i] < vocab,
          "draft_vocab id " + std::to_string(draft_vocab[i]) + " outside the vocabulary [0, " +
@@ -91,10 +92,24 @@ nlohmann::json config_to_json(const DrafterConfig& c) {
   return cfg;
 }
 
+namespace {
+// j[key] when it is a JSON object; FormatError naming the key and what was found otherwise.
+const nlohmann::json& object_at(const nlohmann::json& j, const char* key, const std::string& where) {
+  if (!j.contains(key)) throw FormatError(where + ": missing key '" + key + "'");
+  const auto& v = j.at(key);
+  if (!v.is_object())
+    throw FormatError(where + ": '" + key + "' must be an object, got " + std::string(v.type_name()) + " " +
+                      v.dump().substr(0, 80));
+  return v;
+}
+}  // namespace
+
 DrafterConfig config_from_json(const nlohmann::json& j, const std::string& where) {
-  const auto& cfg = j.contains("config") ? j.at("config") : throw FormatError(where + ": missing key 'config'");
-  const auto& dims = j.contains("dims") ? j.at("dims") : throw FormatError(where + ": missing key 'dims'");
+  const auto& cfg = object_at(j, "config", where);
+  const auto& dims = object_at(j, "dims", where);
   const std::string cw = where + " config";
+  if (j.contains("param_names")) (void)json_get<std::vector<std::string>>(j, "param_names", where);
+  if (cfg.contains("sts")) (void)object_at(cfg, "sts", cw);
   DrafterConfig c;
   c.gamma = json_get<int>(cfg, "gamma", cw);
   c.n_layers = json_get<int>(cfg, "n_layers", cw);
@@ -113,7 +128,9 @@ DrafterConfig config_from_json(const nlohmann::json& j, const std::string& where
     }
   }
   c.mask_token_id = cfg.contains("mask_token_id") ? json_get<int>(cfg, "mask_token_id", cw) : -1;
-  c.rope_base = cfg.contains("rope_base") ? json_get<double>(cfg, "rope_base", cw) : 10000.0;
+  // Required: a drafter read with another RoPE base than it was trained with
+  // drafts worse without saying so (every writer records it).
+  c.rope_base = json_get<double>(cfg, "rope_base", cw);
   if (cfg.contains("sts") && cfg.at("sts").contains("thresholds")) {
     c.sts_thresholds = json_get<std::vector<double>>(cfg.at("sts"), "thresholds", cw + " sts");
     for (double t : c.sts_thresholds)
@@ -126,12 +143,12 @@ DrafterConfig config_from_json(const nlohmann::json& j, const std::string& where
       if (!(t > 0) || !std::isfinite(t))
         throw FormatError(cw + " sts: temperatures must be positive and finite");
   }
-  if (cfg.contains("sts") && cfg.at("sts").is_object()) c.sts_report = sts_report_of(cfg.at("sts"));
+  if (cfg.contains("sts")) c.sts_report = sts_report_of(cfg.at("sts"));
   if (cfg.contains("draft_vocab")) c.draft_vocab = json_get<std::vector<TokenId>>(cfg, "draft_vocab", cw);
   const std::string dw = where + " dims";
   c.hidden = json_get<int64_t>(dims, "hidden_size", dw);
   c.vocab = json_get<int64_t>(dims, "vocab_size", dw);
-  c.eps = dims.contains("eps") ? json_get<double>(dims, "eps", dw) : 1e-5;
+  c.eps = json_get<double>(dims, "eps", dw);  // required, as rope_base
   c.target_id = json_get<std::string>(j, "target_id", where);
   if (cfg.contains("d_draft")) {
     if (const auto d = json_get<int64_t>(cfg, "d_draft", cw); d != c.hidden)
