@@ -459,6 +459,14 @@ TEST_F(Cli, UnknownCommandIsNamed) {
   expect_one_line_error(run_dspark("genrate -m smollm2 -p hi", tmp), "unknown command 'genrate'");
 }
 
+// Parse errors say what was expected: the commands, the kind of value, how often.
+TEST_F(Cli, ParseErrorsSayWhatWasExpected) {
+  expect_one_line_error(run_dspark("", tmp), "a command is required (expected one of: generate, ");
+  expect_one_line_error(run_dspark("generate -m smollm2 --temp abc -p hi", tmp), "--temp: expected a number, got 'abc'");
+  expect_one_line_error(run_dspark("generate -m smollm2 -p hi -p there", tmp), "--prompt: given 2 times, expected once");
+  expect_one_line_error(run_dspark("generate -m smollm2 --top-k x -p hi", tmp), "--top-k: expected an integer, got 'x'");
+}
+
 TEST_F(Cli, ProfileOfAnotherModelIsWarnedAbout) {
   const std::string prof = (tmp.path() / "other.json").string();
   std::ofstream(prof) << R"({"model": "llama/other-model", "threads": 2, "context": 64, "b": [1, 2, 3, 4, 5, 6, 7, 8],

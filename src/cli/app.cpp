@@ -26,6 +26,36 @@ std::unique_ptr<Command> make_export(CLI::App& app, CLI::App*& sub);
 std::unique_ptr<Command> make_import(CLI::App& app, CLI::App*& sub);
 std::unique_ptr<Command> make_export_data(CLI::App& app, CLI::App*& sub);
 
+namespace {
+
+// CLI11's parse error in words that say what was expected: the commands when
+// none was given, the kind of value an option takes, how often it may be given.
+std::string parse_error_text(const CLI::ParseError& e, const std::vector<CLI::App*>& apps, const std::string& names) {
+  const std::string m = e.what();
+  if (m == "A subcommand is required")
+    return "a command is required (expected one of: " + names + "; `dspark --help` describes them)";
+  if (const std::string conv = "Could not convert: "; m.rfind(conv, 0) == 0) {
+    const size_t eq = m.find(" = ", conv.size());
+    if (eq != std::string::npos) {
+      const std::string name = m.substr(conv.size(), eq - conv.size());
+      for (const CLI::App* a : apps)
+        if (const CLI::Option* o = a->get_option_no_throw(name)) {
+          const std::string type = o->get_type_name();
+          const char* kind = type.rfind("FLOAT", 0) == 0  ? "a number"
+                             : type.rfind("UINT", 0) == 0 ? "a non-negative integer"
+                             : type.rfind("INT", 0) == 0  ? "an integer"
+                                                          : nullptr;
+          if (kind) return name + ": expected " + kind + ", got '" + m.substr(eq + 3) + "'";
+        }
+    }
+  }
+  if (const std::string many = "At Most 1 required but received "; m.find(many) != std::string::npos)
+    return m.substr(0, m.find(many)) + "given " + m.substr(m.find(many) + many.size()) + " times, expected once";
+  return m;
+}
+
+}  // namespace
+
 int run(int argc, char** argv, bool* invalid_argument) {
   if (invalid_argument) *invalid_argument = false;
   const auto refused = [&] {
@@ -57,14 +87,16 @@ int run(int argc, char** argv, bool* invalid_argument) {
       commands.emplace_back(sub, std::move(c));
     }
   }
+  std::string names;
+  std::vector<CLI::App*> apps{&app};
+  for (const auto& [sub, cmd] : commands) {
+    names += (names.empty() ? "" : ", ") + sub->get_name();
+    apps.push_back(sub);
+  }
   // A first word that is neither an option nor a command: name it.
   if (argc > 1 && argv[1][0] != '-') {
-    std::string names;
     bool known = false;
-    for (const auto& [sub, cmd] : commands) {
-      known = known || sub->get_name() == argv[1];
-      names += (names.empty() ? "" : ", ") + sub->get_name();
-    }
+    for (const auto& [sub, cmd] : commands) known = known || sub->get_name() == argv[1];
     if (!known) {
       std::cerr << "error: unknown command '" << argv[1] << "' (expected one of: " << names << ")\n";
       return refused();
@@ -79,7 +111,7 @@ int run(int argc, char** argv, bool* invalid_argument) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::cerr << "error: " << e.what() << "\n";
+    std::cerr << "error: " << parse_error_text(e, apps, names) << "\n";
     return refused();
   }
   try {
