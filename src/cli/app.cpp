@@ -49,8 +49,9 @@ std::string parse_error_text(const CLI::ParseError& e, const std::vector<CLI::Ap
         }
     }
   }
-  if (const std::string many = "At Most 1 required but received "; m.find(many) != std::string::npos)
-    return m.substr(0, m.find(many)) + "given " + m.substr(m.find(many) + many.size()) + " times, expected once";
+  const std::string many = "At Most 1 required but received ";
+  if (const size_t at = m.find(many); at != std::string::npos)
+    return m.substr(0, at) + "given " + m.substr(at + many.size()) + " times, expected once";
   return m;
 }
 

@@ -27,6 +27,17 @@ const json* field(const json& j, const char* key) {
                      key);
 }
 
+// A field whose only value this server does is the empty one: absent, null
+// or empty passes; another type is wrong_type (`expected`), anything else is
+// refused naming the field and `why`.
+void refuse_unless_empty(const json& j, const char* key, json::value_t type, const char* expected, const char* why) {
+  const json* v = field(j, key);
+  if (!v) return;
+  if (v->type() != type) wrong_type(key, expected, *v);
+  if (v->is_string() ? !v->get_ref<const std::string&>().empty() : !v->empty())
+    throw RequestError(std::string("'") + key + "' is not supported: " + why, key);
+}
+
 std::optional<int64_t> get_int(const json& j, const char* key) {
   const json* v = field(j, key);
   if (!v) return std::nullopt;
@@ -323,26 +334,15 @@ ApiRequest parse_request(std::string_view body, Endpoint endpoint, const Samplin
                        "best_of");
   if (get_bool(j, "echo").value_or(false))
     throw RequestError("'echo' is not supported: the completion does not repeat the prompt", "echo");
-  if (const json* lb = field(j, "logit_bias")) {
-    if (!lb->is_object()) wrong_type("logit_bias", "an object", *lb);
-    if (!lb->empty())
-      throw RequestError("'logit_bias' is not supported: the target's distribution is sampled as it is", "logit_bias");
-  }
+  refuse_unless_empty(j, "logit_bias", json::value_t::object, "an object",
+                      "the target's distribution is sampled as it is");
   for (const char* key : {"presence_penalty", "frequency_penalty"})
     if (auto v = get_number(j, key); v && *v != 0)
       throw RequestError(std::string("'") + key + "' is not supported: the target's distribution is sampled as it is "
                          "(0 passes), got " + num(*v), key);
-  if (const json* sfx = field(j, "suffix")) {
-    if (!sfx->is_string()) wrong_type("suffix", "a string", *sfx);
-    if (!sfx->get<std::string>().empty())
-      throw RequestError("'suffix' is not supported: the completion is not followed by a suffix", "suffix");
-  }
+  refuse_unless_empty(j, "suffix", json::value_t::string, "a string", "the completion is not followed by a suffix");
   for (const char* key : {"tools", "functions"})
-    if (const json* t = field(j, key)) {
-      if (!t->is_array()) wrong_type(key, "an array", *t);
-      if (!t->empty())
-        throw RequestError(std::string("'") + key + "' is not supported: this server does not call tools", key);
-    }
+    refuse_unless_empty(j, key, json::value_t::array, "an array", "this server does not call tools");
   if (const json* rf = field(j, "response_format")) {
     if (!rf->is_object()) wrong_type("response_format", "an object", *rf);
     const json* type = field(*rf, "type");

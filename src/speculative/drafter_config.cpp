@@ -109,7 +109,7 @@ DrafterConfig config_from_json(const nlohmann::json& j, const std::string& where
   const auto& dims = object_at(j, "dims", where);
   const std::string cw = where + " config";
   if (j.contains("param_names")) (void)json_get<std::vector<std::string>>(j, "param_names", where);
-  if (cfg.contains("sts")) (void)object_at(cfg, "sts", cw);
+  const nlohmann::json* sts = cfg.contains("sts") ? &object_at(cfg, "sts", cw) : nullptr;
   DrafterConfig c;
   c.gamma = json_get<int>(cfg, "gamma", cw);
   c.n_layers = json_get<int>(cfg, "n_layers", cw);
@@ -131,19 +131,19 @@ DrafterConfig config_from_json(const nlohmann::json& j, const std::string& where
   // Required: a drafter read with another RoPE base than it was trained with
   // drafts worse without saying so (every writer records it).
   c.rope_base = json_get<double>(cfg, "rope_base", cw);
-  if (cfg.contains("sts") && cfg.at("sts").contains("thresholds")) {
-    c.sts_thresholds = json_get<std::vector<double>>(cfg.at("sts"), "thresholds", cw + " sts");
+  if (sts && sts->contains("thresholds")) {
+    c.sts_thresholds = json_get<std::vector<double>>(*sts, "thresholds", cw + " sts");
     for (double t : c.sts_thresholds)
       if (!(t >= 0 && t <= 1))
         throw FormatError(cw + " sts: thresholds must lie in [0, 1], got " + std::to_string(t));
   }
-  if (cfg.contains("sts") && cfg.at("sts").contains("temperatures")) {
-    c.sts_temperatures = json_get<std::vector<double>>(cfg.at("sts"), "temperatures", cw + " sts");
+  if (sts && sts->contains("temperatures")) {
+    c.sts_temperatures = json_get<std::vector<double>>(*sts, "temperatures", cw + " sts");
     for (double t : c.sts_temperatures)
       if (!(t > 0) || !std::isfinite(t))
         throw FormatError(cw + " sts: temperatures must be positive and finite");
   }
-  if (cfg.contains("sts")) c.sts_report = sts_report_of(cfg.at("sts"));
+  if (sts) c.sts_report = sts_report_of(*sts);
   if (cfg.contains("draft_vocab")) c.draft_vocab = json_get<std::vector<TokenId>>(cfg, "draft_vocab", cw);
   const std::string dw = where + " dims";
   c.hidden = json_get<int64_t>(dims, "hidden_size", dw);
