@@ -252,8 +252,7 @@ def add_self_instruct(c: Collector, directory: Path, counts: collections.Counter
     responses = read_regen_texts(directory)
     parsed = 0
     for pid, response in responses:
-        frame = pid.split("-")[1]
-        kind = "chat" if frame == "question" else "instruct"
+        kind = gen_text.FRAME_KIND[pid.split("-")[1]]
         for item in gen_text.parse_self_instruct(response):
             parsed += 1
             counts["self-instruct"] += c.add(kind, item, f"self-instruct:{manifest['target_path']}")
@@ -265,7 +264,7 @@ def add_self_instruct(c: Collector, directory: Path, counts: collections.Counter
 
 
 def cmd_meta(args):
-    rows = [r for r in gen_text.self_instruct_meta(args.repeats)
+    rows = [r for r in gen_text.self_instruct_meta(args.repeats, args.frames)
             if int(r["id"].rsplit("-", 1)[1]) >= args.first_repeat]
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     with open(args.out, "w", encoding="utf-8") as f:
@@ -371,14 +370,16 @@ def read_prompts(path: Path) -> list[str]:
 
 def frame_examples() -> list[str]:
     """The self-instruct frames' own examples: not new prompts."""
-    return [ln[2:] for t in gen_text.SELF_INSTRUCT_FRAMES.values() for ln in t.splitlines() if ln.startswith("- ")]
+    return [ln[2:] for frames in gen_text.FRAME_SETS.values() for t in frames.values()
+            for ln in t.splitlines() if ln.startswith("- ")]
 
 
 def cmd_extend(args):
     built = Path(args.built_dir)
     held_out_sets = [Path(args.dev), Path(args.test)]
     c = Collector([p for f in held_out_sets for p in read_prompts(f)],
-                  frame_examples() + [p for f in ("prompts.jsonl", "heldout.jsonl") for p in read_prompts(built / f)])
+                  frame_examples() + [p for f in ("prompts.jsonl", "heldout.jsonl") for p in read_prompts(built / f)]
+                  + [p for f in args.exclude for p in read_prompts(Path(f))])
     counts: collections.Counter = collections.Counter()
     info = add_self_instruct(c, Path(args.self_instruct), counts)
     records = c.records
@@ -400,6 +401,8 @@ def main():
     m.add_argument("--repeats", type=int, default=3)
     m.add_argument("--first-repeat", type=int, default=0,
                    help="leave out the repeats before this one (a further run after one of that many)")
+    m.add_argument("--frames", choices=sorted(gen_text.FRAME_SETS), default="v1",
+                   help="the few-shot frames: v1 (question, instruction) or v3 (request, task)")
     b = sub.add_parser("build", help="assemble the prompt files")
     b.add_argument("--sources", required=True, help="directory filled by fetch_sources.sh")
     b.add_argument("--self-instruct", help="`dspark regen --save-text` directory of the meta-prompts")
@@ -415,6 +418,8 @@ def main():
     e.add_argument("--built-dir", default=str(ROOT / "data/train-prompts"), help="the prompt files built before")
     e.add_argument("--dev", default=str(ROOT / "data/dev-prompts.jsonl"))
     e.add_argument("--test", default=str(ROOT / "data/test-prompts.jsonl"))
+    e.add_argument("--exclude", action="append", default=[],
+                   help="a prompts file of an earlier extension whose prompts are not new (repeatable)")
     args = ap.parse_args()
     {"meta": cmd_meta, "build": cmd_build, "extend": cmd_extend}[args.cmd](args)
 

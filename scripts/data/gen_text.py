@@ -128,6 +128,38 @@ SELF_INSTRUCT_FRAMES = {
         "Topic: {topic}\n-"),
 }
 
+# A third set of frames (`meta --frames v3`): the task types common in
+# instruction data that the first frames' examples rarely lead the target to
+# write (work on a given text, lists, short verse, translation, for and
+# against), and chat requests that are not questions.
+SELF_INSTRUCT_FRAMES_V3 = {
+    "request": (
+        "Below are messages that people sent to a friendly assistant in a chat, grouped by topic.\n\n"
+        "Topic: moving house\n- Can you help me plan the week before a move?\n"
+        "- Why do boxes always seem to run out on the last day?\n"
+        "- Give me a few ideas for meeting people in a new town.\n\n"
+        "Topic: coffee\n- Tell me how a French press works.\n"
+        "- I drink four cups a day, is that too much?\n"
+        "- Suggest three simple ways to make iced coffee at home.\n\n"
+        "Topic: {topic}\n-"),
+    "task": (
+        "Below are short tasks that people gave a helpful assistant, grouped by topic. "
+        "Some include the text to work on.\n\n"
+        "Topic: office work\n- Make this note friendlier: the printer is broken again, do not touch it.\n"
+        "- Put these points into one sentence: budget approved, starts in May, two new hires.\n"
+        "- Write a limerick about a stapler that keeps jamming.\n"
+        "- Give three reasons for and three against an open-plan office.\n\n"
+        "Topic: animals\n- Name four animals that live in the desert and how each finds water.\n"
+        "- Translate 'the dog is sleeping under the table' into German.\n"
+        "- Sort these animals by size: horse, mouse, elephant, fox.\n"
+        "- Write a riddle whose answer is an owl.\n\n"
+        "Topic: {topic}\n-"),
+}
+
+# What each frame's items become.
+FRAME_KIND = {"question": "chat", "instruction": "instruct", "request": "chat", "task": "instruct"}
+FRAME_SETS = {"v1": SELF_INSTRUCT_FRAMES, "v3": SELF_INSTRUCT_FRAMES_V3}
+
 
 def templated_instruct(r: random.Random, count: int) -> list[tuple[str, str]]:
     return [("template", r.choice(INSTRUCT_TEMPLATES).format(topic=r.choice(TOPICS))) for _ in range(count)]
@@ -178,12 +210,13 @@ def term_requests(r: random.Random, terms: list[tuple[str, str]], count: int, fl
     return out
 
 
-def self_instruct_meta(repeats: int) -> list[dict]:
-    """The meta-prompts of the self-instruct stage: every (frame, topic) pair,
-    `repeats` times (each repeat samples with its own seed)."""
+def self_instruct_meta(repeats: int, frames: str = "v1") -> list[dict]:
+    """The meta-prompts of the self-instruct stage: every (frame, topic) pair
+    of the frame set `frames` (v1, v3), `repeats` times (each repeat samples
+    with its own seed)."""
     out = []
     for rep in range(repeats):
-        for frame, text in SELF_INSTRUCT_FRAMES.items():
+        for frame, text in FRAME_SETS[frames].items():
             for i, topic in enumerate(TOPICS):
                 out.append({"id": f"meta-{frame}-{i:03d}-{rep}", "kind": frame,
                             "prompt": text.format(topic=topic)})

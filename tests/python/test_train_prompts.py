@@ -1,12 +1,14 @@
 """The drafter-training prompt builder (scripts/data/build_prompts.py): the
 `extend` step that adds a further self-instruct run's prompts, and the
-shipped file it wrote (data/train-prompts/self-instruct-v2.jsonl)."""
+shipped files it wrote (data/train-prompts/self-instruct-v2.jsonl and -v3)."""
 
 import json
 import struct
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "data" / "build_prompts.py"
@@ -74,16 +76,55 @@ def test_meta_first_repeat_leaves_out_the_earlier_repeats(tmp_path):
     assert len(later) == 2 * len(every) // 3
 
 
-def test_shipped_second_set_overlaps_no_other_prompt_file():
+def test_v3_frames_map_to_kinds_and_later_sets_are_excluded(tmp_path):
+    built = tmp_path / "built"
+    built.mkdir()
+    write_jsonl(built / "prompts.jsonl", [])
+    write_jsonl(built / "heldout.jsonl", [])
+    write_jsonl(tmp_path / "dev.jsonl", [])
+    write_jsonl(tmp_path / "test.jsonl", [])
+    write_jsonl(tmp_path / "v2.jsonl", [{"prompt": "Why do onions make people cry when cut?"}])
+    requests = (" Why do onions make people cry when cut?\n"   # in the earlier extension
+                "- Suggest three simple ways to make iced coffee at home.\n"  # the v3 frame's own example
+                "- Give me a few ideas for a rainy Sunday afternoon.\n")  # new
+    tasks = " Put these words in alphabetical order: pear, apple, fig.\n"  # new
+    si = tmp_path / "si"
+    write_self_instruct_dir(si, ["meta-request-004-0", "meta-task-004-0"], [requests, tasks])
+    out = tmp_path / "v3.jsonl"
+    subprocess.run([sys.executable, str(SCRIPT), "extend", "--self-instruct", str(si), "--out", str(out),
+                    "--built-dir", str(built), "--dev", str(tmp_path / "dev.jsonl"),
+                    "--test", str(tmp_path / "test.jsonl"), "--exclude", str(tmp_path / "v2.jsonl")],
+                   check=True, capture_output=True)
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sorted((r["kind"], r["prompt"]) for r in rows) == [
+        ("chat", "Give me a few ideas for a rainy Sunday afternoon."),
+        ("instruct", "Put these words in alphabetical order: pear, apple, fig."),
+    ]
+
+
+def test_meta_v3_frames_are_their_own_set(tmp_path):
+    out = tmp_path / "m.jsonl"
+    subprocess.run([sys.executable, str(SCRIPT), "meta", "--out", str(out), "--repeats", "1", "--frames", "v3"],
+                   check=True, capture_output=True)
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert {r["id"].split("-")[1] for r in rows} == {"request", "task"}
+    assert all(r["prompt"].endswith("\n-") and "Topic: office work" in r["prompt"]
+               for r in rows if r["kind"] == "task")
+
+
+@pytest.mark.parametrize("name,count", [("self-instruct-v2.jsonl", 8960), ("self-instruct-v3.jsonl", 4780)])
+def test_shipped_extensions_overlap_no_other_prompt_file(name, count):
     data = ROOT / "data"
-    extra = [json.loads(line) for line in (data / "train-prompts" / "self-instruct-v2.jsonl").open()]
-    assert len(extra) == 8960
+    files = ["train-prompts/prompts.jsonl", "train-prompts/heldout.jsonl", "dev-prompts.jsonl",
+             "test-prompts.jsonl", "train-prompts/self-instruct-v2.jsonl", "train-prompts/self-instruct-v3.jsonl"]
+    extra = [json.loads(line) for line in (data / "train-prompts" / name).open()]
+    assert len(extra) == count
     assert {r["kind"] for r in extra} == {"chat", "instruct"}
     assert len({r["id"] for r in extra}) == len(extra)
     others = set()
-    for f in ["train-prompts/prompts.jsonl", "train-prompts/heldout.jsonl", "dev-prompts.jsonl",
-              "test-prompts.jsonl"]:
-        others |= {normalize(json.loads(line)["prompt"]) for line in (data / f).open()}
+    for f in files:
+        if f != "train-prompts/" + name:
+            others |= {normalize(json.loads(line)["prompt"]) for line in (data / f).open()}
     norms = [normalize(r["prompt"]) for r in extra]
     assert len(set(norms)) == len(norms)
     assert not set(norms) & others
